@@ -1,0 +1,76 @@
+// Argument checks shared by every specworker op binding (CPU and CUDA).
+// Each check throws a Paddle error that starts with the op name and states the
+// expected and the actual value, so a wrong call never reaches a kernel.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "paddle/extension.h"
+
+namespace specworker {
+
+inline std::string ShapeStr(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+inline std::string DtypeStr(paddle::DataType t) {
+  return phi::DataTypeToString(t);
+}
+
+inline void CheckDtype(const char* op, const char* name, const paddle::Tensor& x,
+                       paddle::DataType want) {
+  PD_CHECK(x.dtype() == want, op, ": ", name, " has dtype ", DtypeStr(x.dtype()),
+           ", expected ", DtypeStr(want));
+}
+
+inline void CheckRank(const char* op, const char* name, const paddle::Tensor& x, int rank) {
+  PD_CHECK(static_cast<int>(x.shape().size()) == rank, op, ": ", name, " has shape ",
+           ShapeStr(x.shape()), ", expected a ", rank, "-D tensor");
+}
+
+// A per-slot scalar: [bsz] (ours) or FastDeploy's [bsz, 1]. Returns bsz.
+inline int64_t CheckPerSlot(const char* op, const char* name, const paddle::Tensor& x,
+                            paddle::DataType want, int64_t bsz = -1) {
+  CheckDtype(op, name, x, want);
+  const auto& s = x.shape();
+  bool ok = s.size() == 1 || (s.size() == 2 && s[1] == 1);
+  PD_CHECK(ok, op, ": ", name, " has shape ", ShapeStr(s),
+           ", expected a per-slot tensor [bsz] or [bsz, 1]");
+  if (bsz >= 0) {
+    PD_CHECK(s[0] == bsz, op, ": ", name, " has ", s[0], " slots (shape ", ShapeStr(s),
+             "), expected bsz = ", bsz);
+  }
+  return s[0];
+}
+
+inline void CheckSamePlace(const char* op, const char* name, const paddle::Tensor& x,
+                           const paddle::Tensor& ref, const char* ref_name) {
+  PD_CHECK(x.place() == ref.place(), op, ": ", name, " is on ", x.place().DebugString(),
+           " but ", ref_name, " is on ", ref.place().DebugString(),
+           "; all inputs must be on one device");
+}
+
+// Optional inputs that only make sense together are given together or not at all.
+inline void CheckPaired(const char* op, const char* a_name,
+                        const paddle::optional<paddle::Tensor>& a, const char* b_name,
+                        const paddle::optional<paddle::Tensor>& b) {
+  PD_CHECK(a.is_initialized() == b.is_initialized(), op, ": ", a_name, " and ", b_name,
+           " must be given together or both omitted (got ", a_name, "=",
+           a ? "given" : "None", ", ", b_name, "=", b ? "given" : "None", ")");
+}
+
+}  // namespace specworker
+
+#ifdef SPECWORKER_WITH_CUDA
+#include <cuda_runtime.h>
+// Turns a launcher's cudaError_t (returned as int) into an error naming the op.
+#define SPECWORKER_CHECK_LAUNCH(op, err)                                          \
+  PD_CHECK((err) == 0, op, ": CUDA launch failed: ",                              \
+           cudaGetErrorString(static_cast<cudaError_t>(err)))
+#endif
