@@ -16,6 +16,7 @@ import json
 import shutil
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -33,6 +34,7 @@ def _needs_build(with_cuda: bool) -> bool:
 
 
 def build(force: bool = False) -> None:
+    warnings.filterwarnings("ignore", message="No ccache found")
     import paddle
     from paddle.utils.cpp_extension import CppExtension, CUDAExtension, setup
 

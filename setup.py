@@ -1,0 +1,17 @@
+"""specworker: speculative-decoding worker for PaddlePaddle LLM serving engines.
+
+Paddle is deliberately not in install_requires: the CPU wheel and the GPU wheels are
+different distributions (paddlepaddle / paddlepaddle-gpu); tools/install_deps.py picks one.
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="specworker",
+    version="0.1.0",
+    description="Speculative-decoding (MTP) worker for PaddlePaddle serving engines",
+    packages=find_packages(include=["specworker", "specworker.*"]),
+    python_requires=">=3.10",
+    install_requires=["numpy>=1.26", "pyyaml>=6.0", "safetensors>=0.4", "tqdm>=4.66"],
+    entry_points={"console_scripts": ["specworker = specworker.cli:main"]},
+)
