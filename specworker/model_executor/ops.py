@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 
 import paddle
 
@@ -50,7 +51,9 @@ def load_ops() -> frozenset[str]:
     """Registers the extension's ops with Paddle once; returns their names."""
     if not os.environ.get("SPECWORKER_SKIP_STALE_CHECK"):
         _check_current()
-    from paddle.utils.cpp_extension.extension_utils import load_op_meta_info_and_register_op
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="No ccache found")
+        from paddle.utils.cpp_extension.extension_utils import load_op_meta_info_and_register_op
 
     return frozenset(load_op_meta_info_and_register_op(str(op_build.LIBRARY)))
 

@@ -1,0 +1,89 @@
+"""pre_process (packed input side + output side of one step) and the logit-row gather after
+the forward. One code path for every device and both modes; no host read of a device value.
+"""
+
+from __future__ import annotations
+
+import paddle
+
+from specworker.model_executor import ops
+from specworker.model_executor.forward_meta import ForwardMeta
+
+
+def pre_process(
+    *,
+    input_ids: paddle.Tensor,
+    seq_lens_this_time: paddle.Tensor,
+    seq_lens_encoder: paddle.Tensor,
+    seq_lens_decoder: paddle.Tensor,
+    token_num_cpu: int,
+    draft_tokens: paddle.Tensor | None = None,
+    layout_version: int = 0,
+) -> ForwardMeta:
+    """Packs the step's tokens and computes the output-side index tensors.
+
+    Args:
+        input_ids: [bsz, S] int64, prompt tokens (prefill slots read input_ids[b, :L_b]).
+        seq_lens_this_time: [bsz] int32, L_b (0 for idle/stopped slots).
+        seq_lens_encoder: [bsz] int32, E_b (> 0: prefill or prefill chunk this step).
+        seq_lens_decoder: [bsz] int32, tokens already in the KV cache.
+        token_num_cpu: host int, capacity of the packed input (>= T = sum L_b, from the
+            batch's host mirror or a fixed bound; rows past T are -1).
+        draft_tokens: [bsz, k + 1] int64 when speculative (decode slots read
+            draft_tokens[b, :L_b]: the last accepted token, then the drafts); None otherwise.
+        layout_version: the InputBatch layout this meta is valid for.
+    Returns:
+        ForwardMeta. Output side: O_b from speculate_get_seq_lens_output (1 per prefill slot,
+        L_b per decode slot, 0 when idle), then batch_id_per_token_output / cu_seqlens_q_output
+        from get_padding_offset(None, O, None, None, bsz * (k + 1)). Non-speculative batches
+        get the same two tensors with O_b = 1 per running slot, so consumers have one path.
+
+    Example (k = 2): L = [3, 0, 4], E = [0, 0, 4] -> cu_seqlens_q [0, 3, 3, 7];
+    O = [3, 0, 1] -> cu_seqlens_q_output [0, 3, 3, 4], batch_id_per_token_output
+    [0, 0, 0, 2, -1, -1, -1, -1, -1].
+    """
+    num_draft_tokens = 0 if draft_tokens is None else draft_tokens.shape[1] - 1
+    packed = ops.get_padding_offset(
+        input_ids,
+        seq_lens_this_time,
+        draft_tokens,
+        None if draft_tokens is None else seq_lens_encoder,
+        token_num_cpu,
+    )
+    seq_lens_output = ops.speculate_get_seq_lens_output(seq_lens_this_time, seq_lens_encoder, seq_lens_decoder)
+    output_capacity = seq_lens_this_time.shape[0] * (num_draft_tokens + 1)
+    # Index-only call: no token copy, and the capacity is a bound, so T_out is never read on the host.
+    output_side = ops.get_padding_offset(None, seq_lens_output, None, None, output_capacity)
+    return ForwardMeta(
+        ids_remove_padding=packed.ids_remove_padding,
+        batch_id_per_token=packed.batch_id_per_token,
+        cu_seqlens_q=packed.cu_seqlens_q,
+        cu_seqlens_k=packed.cu_seqlens_k,
+        seq_lens_this_time=seq_lens_this_time,
+        seq_lens_encoder=seq_lens_encoder,
+        seq_lens_decoder=seq_lens_decoder,
+        seq_lens_output=seq_lens_output,
+        batch_id_per_token_output=output_side.batch_id_per_token,
+        cu_seqlens_q_output=output_side.cu_seqlens_q,
+        token_num=token_num_cpu,
+        output_capacity=output_capacity,
+        num_draft_tokens=num_draft_tokens,
+        layout_version=layout_version,
+    )
+
+
+def gather_logit_rows(hidden_states: paddle.Tensor, meta: ForwardMeta) -> paddle.Tensor:
+    """The hidden rows that need logits: [output_capacity, H], rows past T_out zero.
+
+    Args:
+        hidden_states: [token_num, H] transformer output over meta.ids_remove_padding.
+    """
+    return ops.rebuild_padding(
+        hidden_states,
+        meta.cu_seqlens_q,
+        meta.seq_lens_this_time,
+        meta.seq_lens_decoder,
+        meta.seq_lens_encoder,
+        meta.batch_id_per_token_output,
+        meta.cu_seqlens_q_output,
+    )

@@ -1,0 +1,43 @@
+"""A guard that turns any host read of a tensor's values into an error.
+
+Inside ``forbid_host_reads()``, the Tensor methods that copy device data to the host
+(``numpy``, ``item``, ``tolist``, ``__bool__``, ``__int__``, ``__float__``, ``__index__``,
+``__array__``, ``__format__``) raise HostReadError. Run on CPU tensors, it still catches every
+such call, which on a GPU tensor would be a blocking device-to-host sync.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import paddle
+
+GUARDED = ("numpy", "item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__array__",
+           "__format__", "__nonzero__")
+
+
+class HostReadError(AssertionError):
+    pass
+
+
+@contextlib.contextmanager
+def forbid_host_reads():
+    cls = paddle.Tensor
+    saved = {name: cls.__dict__.get(name) for name in GUARDED}
+
+    def make(name):
+        def refuse(self, *args, **kwargs):
+            raise HostReadError(f"host read of a tensor value via Tensor.{name} (shape {self.shape}) in the step path")
+
+        return refuse
+
+    for name in GUARDED:
+        setattr(cls, name, make(name))
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            if fn is None:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, fn)

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Compile every Paddle CUDA binding (custom_ops/gpu_ops/*.cu) with nvcc -DPADDLE_WITH_CUDA
+# against Paddle's C++ headers, on a machine that has nvcc and the pip CUDA headers but no
+# Paddle (the GPU test machine). Usage:
+#   tools/check_paddle_cuda_bindings.sh PADDLE_INCLUDE_DIR [ARCH]
+# PADDLE_INCLUDE_DIR is site-packages/paddle/include of any Paddle 3.x wheel.
+set -euo pipefail
+inc=${1:?usage: $0 PADDLE_INCLUDE_DIR [sm_XX]}
+arch=${2:-sm_90}
+nv=$(python3 -c "import nvidia, os; print(list(nvidia.__path__)[0])")
+pyinc=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['include'])")
+flags=(-c -std=c++17 -O3 "-arch=$arch" -DPADDLE_WITH_CUDA -DSPECWORKER_WITH_CUDA
+       -Icustom_ops/include -Icustom_ops/gpu_ops
+       "-I$inc" "-I$inc/third_party" "-I$inc/paddle/phi/api/include/compat"
+       "-I$nv/cu13/include" "-I$nv/cudnn/include" "-I$pyinc")
+out=$(mktemp -d)
+n=0
+for f in custom_ops/gpu_ops/*.cu; do
+  start=$(date +%s%N)
+  nvcc "${flags[@]}" "$f" -o "$out/$(basename "$f" .cu).o"
+  ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  printf 'binding ok: %-50s %d.%03ds\n' "$f" $((ms / 1000)) $((ms % 1000))
+  n=$((n + 1))
+done
+echo "paddle-cuda-bindings: $n/$n compiled with -DPADDLE_WITH_CUDA for $arch"
