@@ -9,7 +9,7 @@ inc=${1:?usage: $0 PADDLE_INCLUDE_DIR [sm_XX]}
 arch=${2:-sm_90}
 nv=$(python3 -c "import nvidia, os; print(list(nvidia.__path__)[0])")
 pyinc=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['include'])")
-flags=(-c -std=c++17 -O3 "-arch=$arch" -DPADDLE_WITH_CUDA -DSPECWORKER_WITH_CUDA
+flags=(-c -std=c++17 -O3 "-arch=$arch" -diag-suppress 20012,68,737,815 -DPADDLE_WITH_CUDA -DSPECWORKER_WITH_CUDA
        -Icustom_ops/include -Icustom_ops/gpu_ops
        "-I$inc" "-I$inc/third_party" "-I$inc/paddle/phi/api/include/compat"
        "-I$nv/cu13/include" "-I$nv/cudnn/include" "-I$pyinc")
