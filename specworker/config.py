@@ -1,0 +1,350 @@
+"""Worker configuration: frozen dataclasses per concern, validated on construction, loaded from YAML.
+
+Owns every user-set knob and its allowed values. Runtime-derived state (KV blocks sized from free memory,
+eos ids) lives in runtime objects, never here. Reads no environment variable and never imports paddle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import yaml
+
+from specworker.config_checks import ConfigError, check, check_at_least, check_choice, check_types, invalid, show
+
+__all__ = ["ConfigError", "ModelConfig", "SchedulerConfig", "SpeculativeConfig", "WorkerConfig", "config_from_dict",
+           "load_config"]
+
+logger = logging.getLogger(__name__)
+
+BUILTIN_PREFIX = "builtin:"
+# Built-in target models and their architecture. Byte-level: 256 byte ids plus bos, eos and pad
+# (the tokenizer owns the special ids).
+BUILTIN_TARGETS: dict[str, dict[str, Any]] = {
+    "builtin:tiny": dict(vocab_size=259, hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
+                         intermediate_size=384, rope_theta=10000.0, rms_norm_eps=1e-6),
+}
+# Built-in MTP drafts -> the built-in target whose embedding, final norm and lm_head they share (SPEC §5).
+BUILTIN_DRAFTS = {"builtin:tiny-mtp": "builtin:tiny"}
+ARCH_FIELDS = tuple(BUILTIN_TARGETS["builtin:tiny"])
+
+DTYPES = ("float32", "float16", "bfloat16")
+CPU_DTYPES = ("float32",)  # Paddle's CPU matmul has no float16 / bfloat16 kernel
+DEVICES = ("cpu", "gpu")
+METHODS = ("none", "naive", "mtp")
+VERIFY_STRATEGIES = ("greedy", "topp", "target_match", "rejection")
+ACCEPT_POLICIES = ("normal", "accept_all", "reject_all")
+MAX_NUM_SPECULATIVE_TOKENS = 5  # FastDeploy's bound on k and on num_model_steps
+MAX_CANDIDATE_LENS = tuple(range(1, 11)) + tuple(range(20, 101, 10))  # top_p_candidates' supported C
+MAX_BLOCK_SIZE = 1024
+INT32_MAX = 2**31 - 1  # offsets, cu_seqlens and KV slot ids are int32
+MAX_SEED = 2**32 - 1  # the widest range every RNG we seed (numpy, paddle, random) accepts
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelConfig:
+    """Target model: a checkpoint path or a `builtin:` name, the compute dtype, and the architecture.
+
+    The architecture fields define a built-in model (None = the built-in's own value; override for
+    experiments). A checkpoint's architecture comes from its config.json, so with a path they stay None.
+    """
+
+    SECTION: ClassVar[str] = "model"
+    path: str = "builtin:tiny"
+    dtype: str = "float32"
+    vocab_size: int | None = None
+    hidden_size: int | None = None
+    num_layers: int | None = None
+    num_heads: int | None = None
+    num_kv_heads: int | None = None
+    intermediate_size: int | None = None
+    rope_theta: float | None = None
+    rms_norm_eps: float | None = None
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        check(self.path != "", "model.path", self.path, "a checkpoint path or a builtin: name", "empty")
+        check_choice("model.dtype", self.dtype, DTYPES)
+        if not self.is_builtin:
+            for name in ARCH_FIELDS:
+                check(getattr(self, name) is None, f"model.{name}", getattr(self, name),
+                      "null (or a builtin: model.path)", "set for a checkpoint, whose config.json defines it")
+            return
+        check(self.path in BUILTIN_TARGETS, "model.path", self.path,
+              "a checkpoint path or " + ", ".join(map(repr, BUILTIN_TARGETS)), "unknown built-in target model")
+        for name, default in BUILTIN_TARGETS[self.path].items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, default)
+        self._check_arch()
+
+    def _check_arch(self) -> None:
+        check(self.vocab_size > 256, "model.vocab_size", self.vocab_size, "an integer > 256",
+              "a byte-level model needs 256 byte ids plus special tokens")
+        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size"):
+            check_at_least(f"model.{name}", getattr(self, name), 1)
+        check(self.hidden_size % self.num_heads == 0, "model.hidden_size", self.hidden_size,
+              f"a multiple of model.num_heads = {self.num_heads}", "not divisible by num_heads")
+        check(self.head_dim % 2 == 0, "model.hidden_size", self.hidden_size,
+              "hidden_size / num_heads even", f"head_dim {self.head_dim} is odd (rotary embedding pairs)")
+        check(self.num_heads % self.num_kv_heads == 0, "model.num_kv_heads", self.num_kv_heads,
+              f"a divisor of model.num_heads = {self.num_heads}", "grouped-query attention needs a divisor")
+        check(self.rope_theta > 0, "model.rope_theta", self.rope_theta, "a number > 0", "out of range")
+        check(0 < self.rms_norm_eps < 1, "model.rms_norm_eps", self.rms_norm_eps, "0 < eps < 1", "out of range")
+
+    @property
+    def is_builtin(self) -> bool:
+        return self.path.startswith(BUILTIN_PREFIX)
+
+    @property
+    def head_dim(self) -> int | None:
+        return None if self.hidden_size is None else self.hidden_size // self.num_heads
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerConfig:
+    """Capacities: slots, tokens per sequence and per step, KV cache blocks."""
+
+    SECTION: ClassVar[str] = "scheduler"
+    max_num_seqs: int = 8  # N, rows of every per-slot buffer
+    max_model_len: int = 512  # S, prompt + generated tokens of one sequence
+    block_size: int = 16  # tokens per KV block
+    num_blocks: int = 256  # KV blocks of the target cache
+    max_num_batched_tokens: int = 2048  # packed input tokens per step (prefill chunks + decode)
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        check_at_least("scheduler.max_num_seqs", self.max_num_seqs, 1)
+        check_at_least("scheduler.max_model_len", self.max_model_len, 2)
+        check_at_least("scheduler.num_blocks", self.num_blocks, 1)
+        bs = self.block_size
+        check(1 <= bs <= MAX_BLOCK_SIZE and bs & (bs - 1) == 0, "scheduler.block_size", bs,
+              f"a power of two in 1..{MAX_BLOCK_SIZE}", "not a power of two in range")
+        check(self.max_num_batched_tokens >= self.max_num_seqs, "scheduler.max_num_batched_tokens",
+              self.max_num_batched_tokens, f">= scheduler.max_num_seqs = {self.max_num_seqs}",
+              "a full batch of decode slots would not fit in one step")
+        check(self.num_blocks * bs >= self.max_model_len, "scheduler.num_blocks", self.num_blocks,
+              f">= ceil(max_model_len / block_size) = {self.max_blocks_per_seq}",
+              f"num_blocks * block_size = {self.num_blocks * bs} < max_model_len = {self.max_model_len}")
+        check(self.num_blocks * bs <= INT32_MAX, "scheduler.num_blocks", self.num_blocks,
+              f"num_blocks * block_size <= {INT32_MAX}", "KV slot ids are int32")
+        check(self.max_num_seqs * self.max_model_len <= INT32_MAX, "scheduler.max_model_len",
+              self.max_model_len, f"max_num_seqs * max_model_len <= {INT32_MAX}", "offsets are int32")
+
+    @property
+    def max_blocks_per_seq(self) -> int:
+        """Width of `block_tables`: ceil(max_model_len / block_size)."""
+        return -(-self.max_model_len // self.block_size)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpeculativeConfig:
+    """FastDeploy's `speculative_config` keys (reference §13).
+
+    method `none`: plain decoding. `naive`: the speculative sampler path with no drafts (k = 0).
+    `mtp`: an MTP draft module proposes up to k drafts per step. Without a proposer, k must be 0 and
+    `num_model_steps` / `model` unset; verify settings are then unused.
+    """
+
+    SECTION: ClassVar[str] = "speculative_config"
+    method: str = "none"
+    num_speculative_tokens: int = 0  # k; 1..5 for mtp, 0 otherwise (no FastDeploy default of 1)
+    num_model_steps: int = 1  # draft forward passes per engine step
+    model: str | None = None  # draft (MTP) weights: checkpoint path or builtin: name
+    verify_strategy: str = "topp"  # FastDeploy's default; greedy, target_match and rejection are lossless
+    accept_policy: str = "normal"
+    max_candidate_len: int = 5  # C of top_p_candidates (topp)
+    verify_window: int = 2  # topp bulk-accept fallback window
+    benchmark_mode: bool = False  # reject every draft (acceptance 0), for measuring overhead
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        s = "speculative_config"
+        check_choice(f"{s}.method", self.method, METHODS)
+        check_choice(f"{s}.verify_strategy", self.verify_strategy, VERIFY_STRATEGIES)
+        check_choice(f"{s}.accept_policy", self.accept_policy, ACCEPT_POLICIES)
+        check(self.max_candidate_len in MAX_CANDIDATE_LENS, f"{s}.max_candidate_len", self.max_candidate_len,
+              "1..10 or 20..100 in steps of 10", "unsupported candidate count")
+        check_at_least(f"{s}.verify_window", self.verify_window, 1)
+        check(not (self.benchmark_mode and self.accept_policy == "accept_all"), f"{s}.accept_policy",
+              self.accept_policy, "'normal' or 'reject_all' with benchmark_mode: true",
+              "benchmark_mode rejects every draft")
+        k, steps = self.num_speculative_tokens, self.num_model_steps
+        if not self.needs_proposer:
+            why = f"method {self.method!r} has no proposer"
+            check(k == 0, f"{s}.num_speculative_tokens", k, "0 (or method: mtp)", why)
+            check(steps == 1, f"{s}.num_model_steps", steps, "1 (or method: mtp)", why)
+            check(self.model is None, f"{s}.model", self.model, "null (or method: mtp)", why)
+            return
+        check(1 <= k <= MAX_NUM_SPECULATIVE_TOKENS, f"{s}.num_speculative_tokens", k,
+              f"1..{MAX_NUM_SPECULATIVE_TOKENS} with method 'mtp'", "out of range")
+        check(1 <= steps <= k, f"{s}.num_model_steps", steps, f"1..num_speculative_tokens = {k}",
+              "each draft step proposes one token into one of the k draft slots")
+        check(self.model is not None and self.model != "", f"{s}.model", self.model,
+              "a draft checkpoint path or " + ", ".join(map(repr, BUILTIN_DRAFTS)), "method 'mtp' needs draft weights")
+        check(not self.model.startswith(BUILTIN_PREFIX) or self.model in BUILTIN_DRAFTS, f"{s}.model", self.model,
+              "a draft checkpoint path or " + ", ".join(map(repr, BUILTIN_DRAFTS)), "unknown built-in draft model")
+
+    @property
+    def enabled(self) -> bool:
+        """The speculative path (sampler, output-side indices) runs: method naive or mtp (FastDeploy's meaning)."""
+        return self.method != "none"
+
+    @property
+    def needs_proposer(self) -> bool:
+        """A draft model proposes tokens (method mtp)."""
+        return self.method == "mtp"
+
+    @property
+    def max_draft_token_num(self) -> int:
+        """D = k + 1, the width of draft_tokens / accept_tokens. FastDeploy's attribute of this name is k."""
+        return self.num_speculative_tokens + 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerConfig:
+    """Everything one worker needs; cross-section constraints are checked here."""
+
+    SECTION: ClassVar[str] = ""
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    scheduler: SchedulerConfig = dataclasses.field(default_factory=SchedulerConfig)
+    speculative_config: SpeculativeConfig = dataclasses.field(default_factory=SpeculativeConfig)
+    device: str = "cpu"
+    seed: int = 0
+    debug_checks: bool = False  # run ForwardMeta.check() and friends every step (STYLE §2.2)
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        check_choice("device", self.device, DEVICES)
+        check(0 <= self.seed <= MAX_SEED, "seed", self.seed, f"0..{MAX_SEED}", "out of range")
+        if self.device == "cpu":
+            check(self.model.dtype in CPU_DTYPES, "model.dtype", self.model.dtype,
+                  ", ".join(map(repr, CPU_DTYPES)) + " on device 'cpu'", "Paddle's CPU kernels lack it")
+        sched, spec = self.scheduler, self.speculative_config
+        k, n, d = spec.num_speculative_tokens, sched.max_num_seqs, spec.max_draft_token_num
+        check(sched.max_model_len >= k + 2, "scheduler.max_model_len", sched.max_model_len,
+              f">= num_speculative_tokens + 2 = {k + 2}", "one prompt token plus one verify step must fit")
+        check(sched.max_num_batched_tokens >= n * d, "scheduler.max_num_batched_tokens",
+              sched.max_num_batched_tokens, f">= max_num_seqs * (num_speculative_tokens + 1) = {n * d}",
+              "every running slot must be able to verify its drafts in one step")
+        target = BUILTIN_DRAFTS.get(spec.model or "")
+        check(target is None or self.model.path == target, "speculative_config.model", spec.model,
+              f"a draft of model.path {self.model.path!r}", f"this built-in draft shares the weights of {target!r}")
+
+    @property
+    def max_output_token_num(self) -> int:
+        """Capacity of the output side (logit rows per step): max_num_seqs * D."""
+        return self.scheduler.max_num_seqs * self.speculative_config.max_draft_token_num
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict of every field (derived properties excluded); config_from_dict reads it back."""
+        return dataclasses.asdict(self)
+
+    def describe(self) -> str:
+        """The resolved config as YAML (loadable again), then the derived quantities as comments."""
+        spec = self.speculative_config
+        derived = {
+            "speculative_config.enabled": spec.enabled,
+            "speculative_config.needs_proposer": spec.needs_proposer,
+            "speculative_config.max_draft_token_num": spec.max_draft_token_num,
+            "scheduler.max_blocks_per_seq": self.scheduler.max_blocks_per_seq,
+            "max_output_token_num": self.max_output_token_num,
+        }
+        lines = [yaml.safe_dump(self.to_dict(), sort_keys=False).rstrip(), "# derived (not settable):"]
+        lines += [f"#   {name}: {show(value)}" for name, value in derived.items()]
+        return "\n".join(lines)
+
+
+_SECTIONS = {"model": ModelConfig, "scheduler": SchedulerConfig, "speculative_config": SpeculativeConfig}
+_PATH_KEYS = {"model": "path", "speculative_config": "model"}
+
+
+def _names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _check_mapping(value: Any, key: str, cls: type) -> None:
+    """A mapping whose keys are all fields of cls (unknown keys rejected, first one reported)."""
+    allowed = ", ".join(_names(cls))
+    check(isinstance(value, Mapping), key, value, f"a mapping with keys {allowed}", "not a mapping")
+    for name in value:
+        check(name in _names(cls), f"{key}.{name}" if key != "(top level)" else str(name), value[name],
+              allowed, "unknown key")
+
+
+def _resolve_path(key: str, value: Any, base_dir: Path | None, check_paths: bool) -> Any:
+    """A checkpoint path made absolute against base_dir (the config file's folder); builtin: names as is."""
+    if not isinstance(value, str) or value == "" or value.startswith(BUILTIN_PREFIX):
+        return value
+    path = Path(os.path.abspath(Path(base_dir or ".") / os.path.expanduser(value)))
+    check(not check_paths or path.exists(), key, value, "an existing checkpoint path or a builtin: name",
+          f"{path} does not exist")
+    return str(path)
+
+
+def config_from_dict(data: Any, *, source: str = "<dict>", check_paths: bool = True,
+                     base_dir: str | Path | None = None) -> WorkerConfig:
+    """Build a validated WorkerConfig from plain data (parsed YAML); errors name `source`.
+
+    Relative checkpoint paths are resolved against base_dir (default: the working directory); with
+    check_paths they must exist. Raises ConfigError.
+    """
+    base = Path(base_dir) if base_dir is not None else None
+    try:
+        _check_mapping(data, "(top level)", WorkerConfig)
+        kwargs = dict(data)
+        for name, cls in _SECTIONS.items():
+            if name not in kwargs:
+                continue
+            _check_mapping(kwargs[name], name, cls)
+            section = dict(kwargs[name])
+            path_key = _PATH_KEYS.get(name)
+            if path_key in section:
+                section[path_key] = _resolve_path(f"{name}.{path_key}", section[path_key], base, check_paths)
+            kwargs[name] = cls(**section)
+        return WorkerConfig(**kwargs)
+    except ConfigError as err:
+        raise err.in_source(source) from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys (PyYAML silently keeps the last one)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):
+                continue  # SafeLoader reports unhashable keys itself
+            if key in seen:
+                raise ConfigError(f"duplicate key {key!r} at line {key_node.start_mark.line + 1}", key=str(key))
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_config(path: str | Path, *, check_paths: bool = True) -> WorkerConfig:
+    """Read and validate a YAML config file. Raises ConfigError naming the file on any problem."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("config file not found", source=source) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read config file ({type(err).__name__}: {err})", source=source) from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except ConfigError as err:
+        raise err.in_source(source) from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"invalid YAML{where}: {problem}", source=source) from None
+    config = config_from_dict(data, source=source, check_paths=check_paths, base_dir=Path(path).parent)
+    logger.debug("loaded config %s", source)
+    return config
