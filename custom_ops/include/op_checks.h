@@ -49,6 +49,17 @@ inline int64_t CheckPerSlot(const char* op, const char* name, const paddle::Tens
   return s[0];
 }
 
+// A per-slot row buffer [rows, width] with rows >= bsz (FastDeploy passes its whole
+// [max_num_seqs, width] buffer; rows past bsz are not read). Returns width.
+inline int64_t CheckSlotRows(const char* op, const char* name, const paddle::Tensor& x,
+                             paddle::DataType want, int64_t bsz) {
+  CheckDtype(op, name, x, want);
+  CheckRank(op, name, x, 2);
+  PD_CHECK(x.shape()[0] >= bsz, op, ": ", name, " has shape ", ShapeStr(x.shape()),
+           ", expected at least bsz = ", bsz, " rows");
+  return x.shape()[1];
+}
+
 inline void CheckSamePlace(const char* op, const char* name, const paddle::Tensor& x,
                            const paddle::Tensor& ref, const char* ref_name) {
   PD_CHECK(x.place() == ref.place(), op, ": ", name, " is on ", x.place().DebugString(),

@@ -1,0 +1,181 @@
+"""pre_process on the GPU: the refactor's path (with its blocking read of the output count)
+against ours (no sync), and rebuild_padding's bandwidth against a same-run device copy.
+
+Runs on a GPU machine with nvcc + CuPy (no Paddle): the kernels are built by tests/gpu/harness.py.
+    python3 benchmarks/gpu_pre_process.py [--out benchmarks/results/gpu_pre_process.json]
+
+(a) refactor ("[MTP] refactor MTP pre_process"): get_padding_offset (input side),
+    speculate_get_seq_lens_output, sum + blocking device-to-host read of T_out, a copy of
+    input_ids (`input_ids + 0`), get_padding_offset sized by T_out (output side).
+(b) ours: the same two index launches with the output side sized by the capacity bsz*(k+1),
+    index-only (no input_ids), no host read. Timed back to back with CUDA events, and as a
+    CUDA-graph replay (the step is capturable because nothing syncs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import platform
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.cases import make_step_batch  # noqa: E402
+from tests.gpu.harness import kernels_lib, ptr, require_gpu  # noqa: E402
+
+P = ctypes.c_void_p
+I = ctypes.c_int
+
+
+def _fn(name, argtypes):
+    f = getattr(kernels_lib(), name)
+    f.argtypes, f.restype = argtypes, I
+    return f
+
+
+def time_events(cp, fn, iters, warmup=20):
+    for _ in range(warmup):
+        fn()
+    cp.cuda.get_current_stream().synchronize()
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    for _ in range(iters):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return cp.cuda.get_elapsed_time(start, stop) * 1e3 / iters  # us per call
+
+
+def time_graph(cp, fn, iters, per_graph=20):
+    """Captures per_graph calls into one graph; returns us per call from replays."""
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        fn()
+        stream.synchronize()
+        stream.begin_capture()
+        for _ in range(per_graph):
+            fn()
+        graph = stream.end_capture()
+        for _ in range(3):
+            graph.launch(stream)
+        stream.synchronize()
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        reps = max(1, iters // per_graph)
+        for _ in range(reps):
+            graph.launch(stream)
+        stop.record(stream)
+        stop.synchronize()
+    return cp.cuda.get_elapsed_time(start, stop) * 1e3 / (reps * per_graph)
+
+
+def bench_pre_process(cp, bsz, k, iters):
+    gpo = _fn("specworker_get_padding_offset_launch",
+              [P, I, P, P, I, P, I, I, P, P, P, P, P])
+    sgo = _fn("specworker_speculate_get_seq_lens_output_launch", [P, P, I, P, P])
+    rng = np.random.default_rng(bsz * 10 + k)
+    batch = make_step_batch(rng, bsz, "mixed", max_model_len=128, num_draft=k)
+    S, D = batch.input_ids.shape[1], k + 1
+    d = {name: cp.asarray(getattr(batch, name)) for name in
+         ("input_ids", "draft_tokens", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder")}
+    T, cap = batch.token_num, bsz * D
+    ids = cp.empty(max(T, 1), cp.int64)
+    bid = cp.empty(max(T, 1), cp.int32)
+    cuq, cuk = cp.empty(bsz + 1, cp.int32), cp.empty(bsz + 1, cp.int32)
+    o_lens = cp.empty(bsz, cp.int32)
+    o_bid, o_cu, o_cuk = cp.empty(cap, cp.int32), cp.empty(bsz + 1, cp.int32), cp.empty(bsz + 1, cp.int32)
+    o_ids = cp.empty(cap, cp.int64)
+    s = P(cp.cuda.get_current_stream().ptr)
+
+    def input_side():
+        gpo(ptr(d["input_ids"]), S, ptr(d["seq_lens_this_time"]), ptr(d["draft_tokens"]), D,
+            ptr(d["seq_lens_encoder"]), bsz, T, ptr(ids), ptr(bid), ptr(cuq), ptr(cuk), s)
+        sgo(ptr(d["seq_lens_this_time"]), ptr(d["seq_lens_encoder"]), bsz, ptr(o_lens), s)
+
+    def refactor():
+        input_side()
+        t_out = int(o_lens.sum().get())  # the refactor's `.item()`: blocks until the GPU drains
+        copy = d["input_ids"] + 0  # the refactor's throwaway input_ids copy
+        gpo(ptr(copy), S, ptr(o_lens), None, 0, None, bsz, t_out, ptr(o_ids), ptr(o_bid), ptr(o_cu), ptr(o_cuk), s)
+
+    def ours():
+        input_side()
+        gpo(None, S, ptr(o_lens), None, 0, None, bsz, cap, None, ptr(o_bid), ptr(o_cu), ptr(o_cuk), s)
+
+    ours()
+    cp.cuda.get_current_stream().synchronize()
+    t_out = int(o_lens.get().sum())
+    want_cu = np.concatenate([[0], np.cumsum(o_lens.get())])
+    assert (o_cu.get() == want_cu).all() and (o_bid.get()[t_out:] == -1).all(), "pre_process check failed"
+    a = time_events(cp, refactor, iters // 4)
+    b = time_events(cp, ours, iters)
+    g = time_graph(cp, ours, iters)
+    return {"bsz": bsz, "k": k, "token_num": T, "output_token_num": t_out,
+            "refactor_us": a, "ours_us": b, "ours_graph_us": g,
+            "ratio_refactor_over_ours": a / b, "ratio_refactor_over_ours_graph": a / g}
+
+
+def bench_rebuild_padding(cp, rows=1024, hidden=7168, iters=200):
+    """Decode-only batch: 256 slots x 4 rows, every packed row gathered once (bf16 as uint16)."""
+    rb = _fn("specworker_rebuild_padding_launch", [P, P, P, P, P, P, P, P, I, P, I, I, I, I, I, P])
+    bsz = rows // 4
+    lens = np.full(bsz, 4, np.int32)
+    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    d_lens, d_cu = cp.asarray(lens), cp.asarray(cu)
+    d_enc, d_dec = cp.zeros(bsz, cp.int32), cp.full(bsz, 100, cp.int32)
+    d_bid = cp.asarray(np.repeat(np.arange(bsz, dtype=np.int32), 4))
+    tmp = cp.asarray(np.random.default_rng(0).integers(0, 65535, size=(rows, hidden), dtype=np.uint16))
+    out = cp.empty((rows, hidden), cp.uint16)
+    s = P(cp.cuda.get_current_stream().ptr)
+
+    def gather():
+        rb(ptr(tmp), ptr(d_cu), ptr(d_lens), ptr(d_dec), ptr(d_enc), ptr(d_bid), ptr(d_cu), None, 0,
+           ptr(out), rows, bsz, rows, hidden, 2, s)
+
+    gather()
+    assert (out == tmp).all(), "rebuild_padding check failed"
+    dst = cp.empty_like(tmp)
+
+    def copy():
+        cp.cuda.runtime.memcpyAsync(dst.data.ptr, tmp.data.ptr, tmp.nbytes,
+                                    cp.cuda.runtime.memcpyDeviceToDevice, cp.cuda.get_current_stream().ptr)
+
+    t_gather, t_copy = [], []
+    for _ in range(3):  # interleave to share the machine's noise
+        t_gather.append(time_events(cp, gather, iters))
+        t_copy.append(time_events(cp, copy, iters))
+    tg, tc = float(np.median(t_gather)), float(np.median(t_copy))
+    moved = 2 * tmp.nbytes
+    return {"rows": rows, "hidden": hidden, "dtype": "bfloat16", "gather_us": tg, "copy_us": tc,
+            "gather_GBps": moved / tg / 1e3, "copy_GBps": moved / tc / 1e3, "fraction_of_copy": tc / tg}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "gpu_pre_process.json"))
+    parser.add_argument("--iters", type=int, default=2000)
+    args = parser.parse_args()
+    cp = require_gpu()
+    rows = [bench_pre_process(cp, bsz, k, args.iters) for bsz in (1, 64, 256, 1024) for k in (1, 3)]
+    rebuild = bench_rebuild_padding(cp)
+    result = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "host": platform.node(),
+              "pre_process": rows, "rebuild_padding": rebuild}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    print(f"{'bsz':>5} {'k':>2} {'T':>6} {'T_out':>6} {'refactor us':>12} {'ours us':>9} {'ours graph us':>14} "
+          f"{'ratio':>6} {'ratio graph':>11}")
+    for r in rows:
+        print(f"{r['bsz']:>5} {r['k']:>2} {r['token_num']:>6} {r['output_token_num']:>6} {r['refactor_us']:>12.2f} "
+              f"{r['ours_us']:>9.2f} {r['ours_graph_us']:>14.2f} {r['ratio_refactor_over_ours']:>6.2f} "
+              f"{r['ratio_refactor_over_ours_graph']:>11.2f}")
+    print(f"rebuild_padding H={rebuild['hidden']} bf16 {rebuild['rows']} rows: {rebuild['gather_us']:.2f} us, "
+          f"{rebuild['gather_GBps']:.0f} GB/s; copy {rebuild['copy_us']:.2f} us, {rebuild['copy_GBps']:.0f} GB/s; "
+          f"fraction of copy {rebuild['fraction_of_copy']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
