@@ -22,7 +22,16 @@ def _t(a):
     return paddle.to_tensor(np.asarray(a))
 
 
+def _non_speculative(batch):
+    """Non-speculative decode slots feed exactly one token."""
+    batch.seq_lens_this_time = np.where(batch.seq_lens_encoder > 0, batch.seq_lens_this_time,
+                                        np.minimum(batch.seq_lens_this_time, 1)).astype(np.int32)
+    return batch
+
+
 def _run(batch, speculative, capacity=None):
+    if not speculative:
+        _non_speculative(batch)
     token_num = batch.token_num if capacity is None else capacity
     return pre_process(
         input_ids=_t(batch.input_ids),
@@ -86,9 +95,6 @@ def test_pre_process_non_speculative_literal():
 @pytest.mark.parametrize("bsz, kind, seed", all_cases())
 def test_pre_process_matches_reference(bsz, kind, seed, speculative):
     batch = make_step_batch(np.random.default_rng(seed), bsz, kind)
-    if not speculative:  # non-speculative decode slots feed exactly one token
-        batch.seq_lens_this_time = np.where(batch.seq_lens_encoder > 0, batch.seq_lens_this_time,
-                                            np.minimum(batch.seq_lens_this_time, 1)).astype(np.int32)
     _assert_matches_reference(_run(batch, speculative), batch, speculative)
 
 
@@ -111,6 +117,8 @@ def test_pre_process_zero_tokens():
 def test_pre_process_reads_no_device_value_on_host(speculative):
     """SPEC §2: the step path never reads a device value on the host (no .item()/.numpy()/bool())."""
     batch = make_step_batch(np.random.default_rng(11), 17, "mixed")
+    if not speculative:
+        _non_speculative(batch)
     inputs = dict(input_ids=_t(batch.input_ids), seq_lens_this_time=_t(batch.seq_lens_this_time),
                   seq_lens_encoder=_t(batch.seq_lens_encoder), seq_lens_decoder=_t(batch.seq_lens_decoder),
                   token_num_cpu=batch.token_num, draft_tokens=_t(batch.draft_tokens) if speculative else None)
