@@ -80,3 +80,20 @@ def pack_output_index(seq_lens_output: np.ndarray, capacity: int | None = None):
         batch_ids = np.concatenate([batch_ids, np.full(capacity - batch_ids.shape[0], -1, np.int32)])
     cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
     return batch_ids, cu
+
+
+def seq_lens_output(seq_lens_this_time: np.ndarray, seq_lens_encoder: np.ndarray) -> np.ndarray:
+    """O_b per SPEC §4.2, written as a loop: 0 for an idle slot, 1 for L_b == 1 or a prefill slot
+    (only the last prompt token needs a logit), else L_b (every decode query token needs one).
+    """
+    lens = np.asarray(seq_lens_this_time).reshape(-1)
+    enc = np.asarray(seq_lens_encoder).reshape(-1)
+    out = np.zeros(lens.shape[0], dtype=np.int32)
+    for b in range(lens.shape[0]):
+        if lens[b] == 0:
+            out[b] = 0
+        elif lens[b] == 1 or enc[b] != 0:
+            out[b] = 1
+        else:
+            out[b] = lens[b]
+    return out

@@ -3,6 +3,7 @@
 // expected and the actual value, so a wrong call never reaches a kernel.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,34 @@ inline int64_t CheckSlotRows(const char* op, const char* name, const paddle::Ten
   PD_CHECK(x.shape()[0] >= bsz, op, ": ", name, " has shape ", ShapeStr(x.shape()),
            ", expected at least bsz = ", bsz, " rows");
   return x.shape()[1];
+}
+
+// A cu_* prefix sum: 1-D int32 [bsz + 1] (SPEC §1; never the seed's [N + 1, 1] buffer, §7 item 6).
+inline void CheckCuSeqlens(const char* op, const char* name, const paddle::Tensor& x, int64_t bsz) {
+  CheckDtype(op, name, x, paddle::DataType::INT32);
+  const auto& s = x.shape();
+  PD_CHECK(s.size() == 1 && s[0] == bsz + 1, op, ": ", name, " has shape ", ShapeStr(s),
+           ", expected [bsz + 1] = [", bsz + 1, "]");
+}
+
+// A hidden-state tensor: float32, float16 or bfloat16. Returns the element size in bytes.
+inline int CheckFloatDtype(const char* op, const char* name, const paddle::Tensor& x) {
+  switch (x.dtype()) {
+    case paddle::DataType::FLOAT32:
+      return 4;
+    case paddle::DataType::FLOAT16:
+    case paddle::DataType::BFLOAT16:
+      return 2;
+    default:
+      PD_THROW(op, ": ", name, " has dtype ", DtypeStr(x.dtype()),
+               ", expected float32, float16 or bfloat16");
+  }
+}
+
+// Sizes handed to a launcher as int.
+inline void CheckFitsInt32(const char* op, const char* what, int64_t value) {
+  PD_CHECK(value >= 0 && value <= INT32_MAX, op, ": ", what, " = ", value,
+           " does not fit the kernel's int32 sizes");
 }
 
 inline void CheckSamePlace(const char* op, const char* name, const paddle::Tensor& x,

@@ -25,6 +25,7 @@ __all__ = [
     "get_cu_seqlens",
     "get_padding_offset",
     "speculate_get_seq_lens_output",
+    "rebuild_padding",
 ]
 
 
@@ -181,4 +182,70 @@ def speculate_get_seq_lens_output(
     Example: seq_lens_this_time [5, 0, 3], seq_lens_encoder [5, 0, 0] -> [1, 0, 3].
     """
     out = _run("speculate_get_seq_lens_output", seq_lens_this_time, seq_lens_encoder, seq_lens_decoder)
+    return out[0] if isinstance(out, (list, tuple)) else out
+
+
+def rebuild_padding(
+    tmp_out: paddle.Tensor,
+    cu_seqlens_q: paddle.Tensor,
+    seq_len_this_time: paddle.Tensor,
+    seq_lens_decoder: paddle.Tensor,
+    seq_lens_encoder: paddle.Tensor,
+    batch_id_per_token_output: paddle.Tensor | None = None,
+    cu_seqlens_q_output: paddle.Tensor | None = None,
+    first_token_out: paddle.Tensor | None = None,
+    enable_logprob: bool = False,
+) -> paddle.Tensor:
+    """Gathers the hidden rows that need logits (SPEC §4.4); FastDeploy's argument order.
+
+    A prefill slot (E_b > 0) yields its last prompt token, row cu_seqlens_q[b] + E_b - 1; a decode
+    slot yields its token at each local index i, row cu_seqlens_q[b] + i. Idle slots (L_b == 0),
+    slots with E_b == 0 and seq_lens_decoder[b] == 0 (FastDeploy skips them too) and rows with
+    batch id -1 are zeros.
+
+    Args:
+        tmp_out: [token_num, H] float32/float16/bfloat16, the packed transformer output.
+        cu_seqlens_q: [bsz + 1] int32, exclusive prefix sum of seq_len_this_time.
+        seq_len_this_time: [bsz] (or [bsz, 1]) int32, L_b.
+        seq_lens_decoder: [bsz] (or [bsz, 1]) int32, tokens already in the KV cache.
+        seq_lens_encoder: [bsz] (or [bsz, 1]) int32, E_b > 0 on prefill slots.
+        batch_id_per_token_output: [capacity] int32 slot of each output row, -1 past T_out.
+        cu_seqlens_q_output: [bsz + 1] int32 exclusive prefix sum of the output rows per slot.
+            Give both output index tensors or neither.
+        first_token_out: [bsz, H], tmp_out's dtype; updated in place when enable_logprob:
+            first_token_out[b] <- row cu_seqlens_q[b] + E_b - 2 (the row before the last prompt
+            token) for each prefill slot with an output row, zeros when E_b == 1 (no such row this
+            step). Other rows are left unchanged.
+        enable_logprob: write first_token_out (required then).
+    Returns:
+        out: [bsz, H] without output indices (row b for slot b), else [capacity, H] (row t for
+        slot batch_id_per_token_output[t], local index t - cu_seqlens_q_output[b]).
+    Raises:
+        ValueError: bad shapes, dtypes or pairs; on CPU also any index that would read out of
+        range (a batch id outside [-1, bsz), E_b > L_b, a slot's rows outside tmp_out, an output
+        row outside its slot's [cu_seqlens_q_output[b], cu_seqlens_q_output[b + 1]), a decode
+        local index >= L_b). On GPU those rows are written as zeros instead: the kernel cannot
+        raise without a host sync.
+
+    Example (three slots, H = 1, tmp_out = [[10], [11], [12], [13], [14]]):
+        slot 0 decode L=2, slot 1 idle L=0, slot 2 prefill L=E=3:
+        cu_seqlens_q [0, 2, 2, 5], seq_len_this_time [2, 0, 3], seq_lens_encoder [0, 0, 3],
+        seq_lens_decoder [7, 0, 0].
+        No output index -> [[10], [0], [14]].
+        seq_lens_output [2, 0, 1], capacity 5: batch_id_per_token_output [0, 0, 2, -1, -1],
+        cu_seqlens_q_output [0, 2, 2, 3] -> [[10], [11], [14], [0], [0]].
+        enable_logprob -> first_token_out[2] = [13]; rows 0 and 1 unchanged.
+    """
+    out = _run(
+        "rebuild_padding",
+        tmp_out,
+        cu_seqlens_q,
+        seq_len_this_time,
+        seq_lens_decoder,
+        seq_lens_encoder,
+        batch_id_per_token_output,
+        cu_seqlens_q_output,
+        first_token_out,
+        bool(enable_logprob),
+    )
     return out[0] if isinstance(out, (list, tuple)) else out
