@@ -28,7 +28,7 @@ def run_kernel(lens, encoder):
 
 @pytest.mark.parametrize(
     "lens, encoder, want",
-    [([5, 0, 3], [5, 0, 0], [1, 0, 3]), ([1, 1, 2], [0, 1, 0], [1, 1, 2])],
+    [([5, 0, 3], [5, 0, 0], [1, 0, 3]), ([1, 1, 2], [0, 1, 0], [1, 1, 2]), ([3, 2, 4], [-1, 0, 2], [1, 2, 1])],
 )
 def test_speculate_get_seq_lens_output_cuda_three_slots_literal(lens, encoder, want):
     np.testing.assert_array_equal(run_kernel(lens, encoder), want)
