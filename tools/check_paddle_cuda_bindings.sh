@@ -14,12 +14,18 @@ flags=(-c -std=c++17 -O3 "-arch=$arch" -diag-suppress 20012,68,737,815 -DPADDLE_
        "-I$inc" "-I$inc/third_party" "-I$inc/paddle/phi/api/include/compat"
        "-I$nv/cu13/include" "-I$nv/cudnn/include" "-I$pyinc")
 out=$(mktemp -d)
-n=0
-for f in custom_ops/gpu_ops/*.cu; do
+# One nvcc per binding, all in parallel; each prints its own pass line and time.
+compile_one() {
+  local f=$1 start ms
   start=$(date +%s%N)
-  nvcc "${flags[@]}" "$f" -o "$out/$(basename "$f" .cu).o"
+  nvcc "${flags[@]}" "$f" -o "$out/$(basename "$f" .cu).o" || { echo "binding FAILED: $f"; return 1; }
   ms=$(( ($(date +%s%N) - start) / 1000000 ))
   printf 'binding ok: %-50s %d.%03ds\n' "$f" $((ms / 1000)) $((ms % 1000))
-  n=$((n + 1))
-done
-echo "paddle-cuda-bindings: $n/$n compiled with -DPADDLE_WITH_CUDA for $arch"
+}
+pids=()
+files=(custom_ops/gpu_ops/*.cu)
+for f in "${files[@]}"; do compile_one "$f" & pids+=($!); done
+failed=0
+for p in "${pids[@]}"; do wait "$p" || failed=$((failed + 1)); done
+echo "paddle-cuda-bindings: $(( ${#files[@]} - failed ))/${#files[@]} compiled with -DPADDLE_WITH_CUDA for $arch"
+[ "$failed" -eq 0 ]
