@@ -22,10 +22,23 @@ compile_one() {
   ms=$(( ($(date +%s%N) - start) / 1000000 ))
   printf 'binding ok: %-50s %d.%03ds\n' "$f" $((ms / 1000)) $((ms % 1000))
 }
+# The CPU registrations' CUDA branch (behind SPECWORKER_WITH_CUDA) must compile too.
+cudainc=$(dirname "$(command -v nvcc)")/../include
+compile_cc() {
+  local f=$1 start ms
+  start=$(date +%s%N)
+  g++ -c -std=c++17 -O1 -DPADDLE_WITH_CUDA -DSPECWORKER_WITH_CUDA -Icustom_ops/include -Icustom_ops/gpu_ops \
+    "-I$inc" "-I$inc/third_party" "-I$inc/paddle/phi/api/include/compat" "-I$cudainc" \
+    "-I$nv/cu13/include" "-I$nv/cudnn/include" "-I$pyinc" "$f" -o "$out/$(basename "$f" .cc).cc.o" \
+    || { echo "binding FAILED: $f"; return 1; }
+  ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  printf 'binding ok: %-50s %d.%03ds\n' "$f" $((ms / 1000)) $((ms % 1000))
+}
 pids=()
-files=(custom_ops/gpu_ops/*.cu)
-for f in "${files[@]}"; do compile_one "$f" & pids+=($!); done
+files=(custom_ops/gpu_ops/*.cu custom_ops/cpu_ops/*.cc)
+for f in custom_ops/gpu_ops/*.cu; do compile_one "$f" & pids+=($!); done
+for f in custom_ops/cpu_ops/*.cc; do compile_cc "$f" & pids+=($!); done
 failed=0
 for p in "${pids[@]}"; do wait "$p" || failed=$((failed + 1)); done
-echo "paddle-cuda-bindings: $(( ${#files[@]} - failed ))/${#files[@]} compiled with -DPADDLE_WITH_CUDA for $arch"
+echo "paddle-cuda-bindings: $(( ${#files[@]} - failed ))/${#files[@]} compiled with -DPADDLE_WITH_CUDA (gpu_ops/*.cu for $arch, cpu_ops/*.cc CUDA branch)"
 [ "$failed" -eq 0 ]
