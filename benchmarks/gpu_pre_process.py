@@ -37,6 +37,11 @@ def _fn(name, argtypes):
     return f
 
 
+def _stream(cp):
+    """The current CuPy stream, read at every call so that graph capture sees the launches."""
+    return P(cp.cuda.get_current_stream().ptr)
+
+
 def time_events(cp, fn, iters, warmup=20):
     for _ in range(warmup):
         fn()
@@ -60,6 +65,8 @@ def time_graph(cp, fn, iters, per_graph=20):
         for _ in range(per_graph):
             fn()
         graph = stream.end_capture()
+        if graph is None:
+            raise RuntimeError("stream capture produced no graph")
         for _ in range(3):
             graph.launch(stream)
         stream.synchronize()
@@ -89,21 +96,23 @@ def bench_pre_process(cp, bsz, k, iters):
     o_lens = cp.empty(bsz, cp.int32)
     o_bid, o_cu, o_cuk = cp.empty(cap, cp.int32), cp.empty(bsz + 1, cp.int32), cp.empty(bsz + 1, cp.int32)
     o_ids = cp.empty(cap, cp.int64)
-    s = P(cp.cuda.get_current_stream().ptr)
 
     def input_side():
+        s = _stream(cp)
         gpo(ptr(d["input_ids"]), S, ptr(d["seq_lens_this_time"]), ptr(d["draft_tokens"]), D,
             ptr(d["seq_lens_encoder"]), bsz, T, ptr(ids), ptr(bid), ptr(cuq), ptr(cuk), s)
         sgo(ptr(d["seq_lens_this_time"]), ptr(d["seq_lens_encoder"]), bsz, ptr(o_lens), s)
 
     def refactor():
         input_side()
+        s = _stream(cp)
         t_out = int(o_lens.sum().get())  # the refactor's `.item()`: blocks until the GPU drains
         copy = d["input_ids"] + 0  # the refactor's throwaway input_ids copy
         gpo(ptr(copy), S, ptr(o_lens), None, 0, None, bsz, t_out, ptr(o_ids), ptr(o_bid), ptr(o_cu), ptr(o_cuk), s)
 
     def ours():
         input_side()
+        s = _stream(cp)
         gpo(None, S, ptr(o_lens), None, 0, None, bsz, cap, None, ptr(o_bid), ptr(o_cu), ptr(o_cuk), s)
 
     ours()
@@ -130,9 +139,9 @@ def bench_rebuild_padding(cp, rows=1024, hidden=7168, iters=200):
     d_bid = cp.asarray(np.repeat(np.arange(bsz, dtype=np.int32), 4))
     tmp = cp.asarray(np.random.default_rng(0).integers(0, 65535, size=(rows, hidden), dtype=np.uint16))
     out = cp.empty((rows, hidden), cp.uint16)
-    s = P(cp.cuda.get_current_stream().ptr)
 
     def gather():
+        s = _stream(cp)
         rb(ptr(tmp), ptr(d_cu), ptr(d_lens), ptr(d_dec), ptr(d_enc), ptr(d_bid), ptr(d_cu), None, 0,
            ptr(out), rows, bsz, rows, hidden, 2, s)
 

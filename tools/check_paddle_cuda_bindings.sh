@@ -28,7 +28,7 @@ compile_cc() {
   local f=$1 start ms
   start=$(date +%s%N)
   g++ -c -std=c++17 -O1 -DPADDLE_WITH_CUDA -DSPECWORKER_WITH_CUDA -Icustom_ops/include -Icustom_ops/gpu_ops \
-    "-I$inc" "-I$inc/third_party" "-I$inc/paddle/phi/api/include/compat" "-I$cudainc" \
+    "-I$inc" "-I$inc/third_party" "-I$inc/paddle/phi/api/include/compat" "-I$cudainc" "-I$cudainc/cccl" \
     "-I$nv/cu13/include" "-I$nv/cudnn/include" "-I$pyinc" "$f" -o "$out/$(basename "$f" .cc).cc.o" \
     || { echo "binding FAILED: $f"; return 1; }
   ms=$(( ($(date +%s%N) - start) / 1000000 ))
