@@ -12,6 +12,8 @@ import numpy as np
 
 BATCH_SIZES = (1, 3, 17, 256)
 KINDS = ("mixed", "all_prefill", "all_decode", "stopped", "all_stopped", "len_one")
+# Which token buffers get_padding_offset is given: both (speculative), input_ids only, none.
+PADDING_OFFSET_MODES = ("drafts", "no_drafts", "index_only")
 
 
 @dataclasses.dataclass
@@ -67,6 +69,19 @@ def make_step_batch(rng: np.random.Generator, bsz: int, kind: str = "mixed", max
 def all_cases():
     """(bsz, kind, seed) for every batch size x kind: the shared randomized grid."""
     return [(bsz, kind, 1000 * i + j) for i, bsz in enumerate(BATCH_SIZES) for j, kind in enumerate(KINDS)]
+
+
+def padding_offset_inputs(batch: StepBatch, mode: str, extra_rows: int = 0):
+    """(input_ids, draft_tokens, seq_lens_encoder) for a PADDING_OFFSET_MODES mode. extra_rows
+    appends garbage rows past bsz to the [N, *] buffers, as FastDeploy passes whole buffers."""
+    def pad(a):
+        return np.concatenate([a, np.full((extra_rows, a.shape[1]), 7777, a.dtype)])
+
+    if mode == "index_only":
+        return None, None, None
+    if mode == "no_drafts":
+        return pad(batch.input_ids), None, None
+    return pad(batch.input_ids), pad(batch.draft_tokens), batch.seq_lens_encoder
 
 
 def pack_output_index(seq_lens_output: np.ndarray, capacity: int | None = None):

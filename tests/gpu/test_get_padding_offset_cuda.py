@@ -3,7 +3,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from tests.cases import all_cases, make_step_batch
+from tests.cases import PADDING_OFFSET_MODES, all_cases, make_step_batch, padding_offset_inputs
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from tests.reference.get_padding_offset import ref_get_padding_offset
 
@@ -11,7 +11,6 @@ cp = require_gpu()
 _P, _I = ctypes.c_void_p, ctypes.c_int
 launch = launcher("specworker_get_padding_offset_launch", [_P, _I, _P, _P, _I, _P, _I, _I, _P, _P, _P, _P, _P])
 
-MODES = ("drafts", "no_drafts", "index_only")
 CANARY = -7  # outputs start as this, so an unwritten row shows
 GUARD = 64  # rows past each output's end that the kernel must leave untouched
 
@@ -39,18 +38,6 @@ def run_kernel(input_ids, lens, draft_tokens, encoder, cap):
             assert (a[-GUARD:] == CANARY).all(), f"{name} written past its end"
     ids, batch_id, cu_q, cu_k = outs
     return None if ids is None else ids[:cap], batch_id[:cap], cu_q[: bsz + 1], cu_k[: bsz + 1]
-
-
-def mode_inputs(batch, mode, extra_rows=0):
-    """(input_ids, draft_tokens, seq_lens_encoder) for a mode; extra_rows pads the [N, *] buffers."""
-    def pad(a):
-        return np.concatenate([a, np.full((extra_rows, a.shape[1]), 7777, a.dtype)])
-
-    if mode == "index_only":
-        return None, None, None
-    if mode == "no_drafts":
-        return pad(batch.input_ids), None, None
-    return pad(batch.input_ids), pad(batch.draft_tokens), batch.seq_lens_encoder
 
 
 def assert_matches_reference(input_ids, lens, drafts, encoder, cap):
@@ -127,11 +114,11 @@ def test_get_padding_offset_cuda_zero_slots():
     np.testing.assert_array_equal(cu_k, [0])
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", PADDING_OFFSET_MODES)
 @pytest.mark.parametrize("bsz, kind, seed", all_cases())
 def test_get_padding_offset_cuda_matches_reference(bsz, kind, seed, mode):
     batch = make_step_batch(np.random.default_rng(seed), bsz, kind)
-    input_ids, drafts, encoder = mode_inputs(batch, mode, extra_rows=2)
+    input_ids, drafts, encoder = padding_offset_inputs(batch, mode, extra_rows=2)
     for cap in (batch.token_num, batch.token_num + 13):
         assert_matches_reference(input_ids, batch.seq_lens_this_time, drafts, encoder, cap)
 

@@ -3,11 +3,9 @@ import paddle
 import pytest
 
 from specworker.model_executor.ops import PaddingOffsetOutput, get_padding_offset
-from tests.cases import all_cases, make_step_batch, pack_output_index
+from tests.cases import PADDING_OFFSET_MODES, all_cases, make_step_batch, pack_output_index, padding_offset_inputs
 from tests.reference.get_padding_offset import ref_get_padding_offset
 from tests.reference.speculate_get_seq_lens_output import ref_speculate_get_seq_lens_output
-
-MODES = ("drafts", "no_drafts", "index_only")
 
 
 def tensor(x, dtype):
@@ -21,19 +19,6 @@ def run(input_ids, lens, draft_tokens, encoder, token_num_cpu):
                              tensor(encoder, np.int32), token_num_cpu)
     ids = None if out.ids_remove_padding is None else out.ids_remove_padding.numpy()
     return ids, out.batch_id_per_token.numpy(), out.cu_seqlens_q.numpy(), out.cu_seqlens_k.numpy()
-
-
-def mode_inputs(batch, mode, extra_rows=0):
-    """(input_ids, draft_tokens, seq_lens_encoder) for a mode; extra_rows pads the [N, *] buffers
-    past bsz with garbage, as FastDeploy passes its whole max_num_seqs buffers."""
-    def pad(a):
-        return np.concatenate([a, np.full((extra_rows, a.shape[1]), 7777, a.dtype)])
-
-    if mode == "index_only":
-        return None, None, None
-    if mode == "no_drafts":
-        return pad(batch.input_ids), None, None
-    return pad(batch.input_ids), pad(batch.draft_tokens), batch.seq_lens_encoder
 
 
 # Slot 0 prefill (3 prompt tokens), slot 1 stopped, slot 2 decode (last accepted 35 + draft 36).
@@ -126,11 +111,11 @@ def test_get_padding_offset_returns_typed_outputs():
     assert (cu_k.shape, cu_k.dtype) == ([4], paddle.int32)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", PADDING_OFFSET_MODES)
 @pytest.mark.parametrize("bsz, kind, seed", all_cases())
 def test_get_padding_offset_matches_reference(bsz, kind, seed, mode):
     batch = make_step_batch(np.random.default_rng(seed), bsz, kind)
-    input_ids, drafts, encoder = mode_inputs(batch, mode, extra_rows=2)
+    input_ids, drafts, encoder = padding_offset_inputs(batch, mode, extra_rows=2)
     for capacity in (batch.token_num, batch.token_num + 13):
         got = run(input_ids, batch.seq_lens_this_time, drafts, encoder, capacity)
         want = ref_get_padding_offset(input_ids, batch.seq_lens_this_time, drafts, encoder, capacity)
