@@ -89,6 +89,24 @@ inline void CheckFitsInt32(const char* op, const char* what, int64_t value) {
            " does not fit the kernel's int32 sizes");
 }
 
+// A per-slot scalar buffer ([rows] or [rows, 1]) with rows >= bsz: FastDeploy passes whole
+// [max_num_seqs] buffers while seq_lens_this_time may cover only the live slots. Returns rows.
+inline int64_t CheckPerSlotRows(const char* op, const char* name, const paddle::Tensor& x,
+                                paddle::DataType want, int64_t bsz) {
+  const int64_t rows = CheckPerSlot(op, name, x, want);
+  PD_CHECK(rows >= bsz, op, ": ", name, " has ", rows, " slots (shape ", ShapeStr(x.shape()),
+           "), expected at least bsz = ", bsz);
+  return rows;
+}
+
+// A one-element tensor of shape [1] (a device flag or limit such as not_need_stop, stop_nums).
+inline void CheckSingle(const char* op, const char* name, const paddle::Tensor& x,
+                        paddle::DataType want) {
+  CheckDtype(op, name, x, want);
+  PD_CHECK(x.shape().size() == 1 && x.shape()[0] == 1, op, ": ", name, " has shape ",
+           ShapeStr(x.shape()), ", expected [1]");
+}
+
 inline void CheckSamePlace(const char* op, const char* name, const paddle::Tensor& x,
                            const paddle::Tensor& ref, const char* ref_name) {
   PD_CHECK(x.place() == ref.place(), op, ": ", name, " is on ", x.place().DebugString(),

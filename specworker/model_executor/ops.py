@@ -29,6 +29,8 @@ __all__ = [
     "TopPCandidatesOutput",
     "reasoning_phase_token_constraint",
     "top_p_candidates",
+    "speculate_update",
+    "speculate_set_value_by_flags_and_idx",
 ]
 
 
@@ -376,4 +378,110 @@ def reasoning_phase_token_constraint(
         enable_thinking,
         int(think_end_id),
         int(line_break_id),
+    )
+
+
+def speculate_update(
+    seq_lens_encoder: paddle.Tensor,
+    seq_lens_decoder: paddle.Tensor,
+    not_need_stop: paddle.Tensor,
+    draft_tokens: paddle.Tensor,
+    actual_draft_token_nums: paddle.Tensor,
+    accept_tokens: paddle.Tensor,
+    accept_num: paddle.Tensor,
+    stop_flags: paddle.Tensor,
+    seq_lens_this_time: paddle.Tensor,
+    is_block_step: paddle.Tensor,
+    stop_nums: paddle.Tensor,
+    mask_rollback: paddle.Tensor | None = None,
+) -> None:
+    """Commits one verified step to the per-slot state, in place (FastDeploy argument order).
+
+    Run after verify (and after the host copy of accept_tokens / accept_num / stop_flags),
+    before speculate_set_value_by_flags_and_idx. Slot b < bsz, n = accept_num[b]:
+    paused (is_block_step) -> untouched; E > 0 (prefill done) -> Dec += E, E = 0; running
+    decode -> Dec += n and, when L > 1, actual_draft_token_nums grows by 2 (capped at D - 1) if
+    every draft was accepted (n - 1 == actual) else shrinks by 1 (floor 1); n > 0 ->
+    draft_tokens[b, 0] = accept_tokens[b, n - 1]. Stopped, paused and padding (b >= bsz)
+    slots count as stopped; not_need_stop[0] = (#stopped < stop_nums[0]).
+
+    Args:
+        seq_lens_encoder: [N] (or [N, 1]) int32, E_b; updated in place.
+        seq_lens_decoder: [N] (or [N, 1]) int32, Dec_b; updated in place.
+        not_need_stop: [1] bool on the same device as the other inputs; updated in place
+            (never copied to the host here).
+        draft_tokens: [N, D] int64; column 0 updated in place.
+        actual_draft_token_nums: [N] (or [N, 1]) int32; updated in place.
+        accept_tokens: [N, D] int64, this step's emitted tokens.
+        accept_num: [N] (or [N, 1]) int32, emitted tokens per slot, 0 <= n <= D.
+        stop_flags: [N] (or [N, 1]) bool; its row count N (>= bsz) is the number of slots
+            counted for not_need_stop.
+        seq_lens_this_time: [bsz] (or [bsz, 1]) int32, L_b of the step just verified (read only).
+        is_block_step: [N] (or [N, 1]) bool, paused (preempted) slots.
+        stop_nums: [1] int64, the stopped-slot count at which not_need_stop becomes False.
+        mask_rollback: optional [N] (or [N, 1]) int32, updated in place: L - n on running
+            decode slots (draft KV entries to discard), 0 on prefill and stopped slots.
+    Returns:
+        None; the in-place arguments hold the result.
+    Raises:
+        ValueError: wrong dtype/shape/device; on CPU also accept_num outside [0, D] on a live
+            unpaused slot (on GPU it is clamped to [0, D]).
+
+    Example (D = 3; slot 0 prefill done, 1 decode with one of two drafts accepted, 2 stopped):
+        E [4, 0, 0], Dec [0, 10, 0], L [4, 3, 0], accept_num [1, 2, 0],
+        accept_tokens [[7, 0, 0], [21, 22, 0], [0, 0, 0]], actual [2, 2, 2],
+        stop_flags [F, F, T], stop_nums [3]
+        -> E [0, 0, 0], Dec [4, 12, 0], draft_tokens[:, 0] = [7, 22, unchanged],
+           actual [2, 1, 2], not_need_stop [True].
+    """
+    _run(
+        "speculate_update", seq_lens_encoder, seq_lens_decoder, not_need_stop, draft_tokens,
+        actual_draft_token_nums, accept_tokens, accept_num, stop_flags, seq_lens_this_time,
+        is_block_step, stop_nums, mask_rollback,
+    )
+
+
+def speculate_set_value_by_flags_and_idx(
+    pre_ids_all: paddle.Tensor,
+    accept_tokens: paddle.Tensor,
+    accept_num: paddle.Tensor,
+    stop_flags: paddle.Tensor,
+    seq_lens_this_time: paddle.Tensor,
+    seq_lens_encoder: paddle.Tensor,
+    seq_lens_decoder: paddle.Tensor,
+    step_idx: paddle.Tensor,
+) -> None:
+    """Appends this step's accepted tokens to the target history, then clears stopped slots;
+    in place (FastDeploy argument order). Run after speculate_update.
+
+    Slot b < bsz, n = accept_num[b]: if n > 0 and the slot holds a sequence (E != 0 or
+    Dec != 0), pre_ids_all[b, step_idx[b] - j] = accept_tokens[b, n - 1 - j] for j < n,
+    skipping positions < 1 or >= S; this also runs for a slot that stopped in this step, so
+    its final tokens reach the history. Then a stopped slot gets accept_num = 0, Dec = 0
+    (the engine has its tokens from the host copy made right after verify).
+
+    Args:
+        pre_ids_all: [N, S] int64 history (the "pre_ids" buffer); updated in place.
+        accept_tokens: [N, D] int64, this step's emitted tokens.
+        accept_num: [N] (or [N, 1]) int32, 0 <= n <= D; zeroed in place on stopped slots.
+        stop_flags: [N] (or [N, 1]) bool.
+        seq_lens_this_time: [bsz] (or [bsz, 1]) int32; only its size is used.
+        seq_lens_encoder: [N] (or [N, 1]) int32.
+        seq_lens_decoder: [N] (or [N, 1]) int32; zeroed in place on stopped slots.
+        step_idx: [N] (or [N, 1]) int64, generated-token count including this step's tokens.
+    Returns:
+        None; the in-place arguments hold the result.
+    Raises:
+        ValueError: wrong dtype/shape/device; on CPU also accept_num outside [0, D] (on GPU it
+            is clamped to [0, D]).
+
+    Example (S = 6; slot 0 decode, slot 1 stopped this step with 2 tokens, slot 2 idle):
+        accept_tokens [[31, 32, 0], [41, 2, 0], [0, 0, 0]], accept_num [2, 2, 0],
+        stop_flags [F, T, T], step_idx [5, 3, 0], E [0, 0, 0], Dec [9, 7, 0]
+        -> pre_ids_all[0, 4:6] = [31, 32], pre_ids_all[1, 2:4] = [41, 2],
+           accept_num [2, 0, 0], Dec [9, 0, 0].
+    """
+    _run(
+        "speculate_set_value_by_flags_and_idx", pre_ids_all, accept_tokens, accept_num, stop_flags,
+        seq_lens_this_time, seq_lens_encoder, seq_lens_decoder, step_idx,
     )
