@@ -34,6 +34,7 @@ __all__ = [
     "speculate_verify",
     "VERIFY_STRATEGIES",
     "ACCEPT_POLICIES",
+    "speculate_get_token_penalty_multi_scores",
 ]
 
 
@@ -585,3 +586,75 @@ def speculate_verify(
         int(max_seq_len), int(verify_window), bool(enable_topp), bool(benchmark_mode),
         bool(accept_all_drafts), strategy, policy,
     )
+
+
+def speculate_get_token_penalty_multi_scores(
+    pre_ids: paddle.Tensor,
+    logits: paddle.Tensor,
+    penalty_scores: paddle.Tensor,
+    frequency_scores: paddle.Tensor,
+    presence_scores: paddle.Tensor,
+    temperatures: paddle.Tensor,
+    bad_tokens: paddle.Tensor,
+    bad_tokens_len: paddle.Tensor,
+    cur_len: paddle.Tensor,
+    min_len: paddle.Tensor,
+    eos_token_id: paddle.Tensor,
+    seq_lens_this_time: paddle.Tensor,
+    batch_id_per_token_output: paddle.Tensor,
+    cu_seqlens_q_output: paddle.Tensor,
+    max_seq_len: int = 0,
+    draft_tokens: paddle.Tensor | None = None,
+) -> paddle.Tensor:
+    """Min length, repetition/frequency/presence penalties, temperature and bad words, in place.
+
+    Row t of logits belongs to slot b = batch_id_per_token_output[t] (-1: left untouched) at local
+    index i = t - cu_seqlens_q_output[b]. In order: eos ids -> -1e10 while cur_len[b] + i <
+    min_len[b]; for each distinct id v of the history with count c: l = l * alpha if l < 0 else
+    l / alpha, then l -= c * frequency + presence (as l - c * frequency - presence); the row /=
+    temperature; bad tokens -> -1e10 (-1e4 for float16 logits). The history is pre_ids[b, 1 ..
+    cur_len[b]] (position 0 unused, ids outside [0, V) skipped; none when cur_len[b] < 0), plus
+    draft_tokens[b, 1 .. i] when draft_tokens is given, so row i sees exactly what
+    non-speculative decoding would see if those drafts are accepted. Without draft_tokens every
+    row of a slot shares the history (FastDeploy's behaviour).
+
+    Args:
+        pre_ids: [N, S] int64 generated-token history (-1 past cur_len).
+        logits: [T_out or capacity, V] float32, float16 or bfloat16; updated in place.
+        penalty_scores, frequency_scores, presence_scores: [N] (or [N, 1]) float32 alpha, beta, gamma.
+        temperatures: [N] (or [N, 1]) float32, > 0 for every slot that has a row (CPU raises;
+            the CUDA kernel treats <= 0 as 1). Greedy rows should pass 1.
+        bad_tokens: [N, W] int64; bad_tokens_len: [N] int64 (clamped to [0, W]).
+        cur_len: [N] int64 tokens generated so far (step_idx); min_len: [N] int64.
+        eos_token_id: [E] (or [E, 1]) int64.
+        seq_lens_this_time: [bsz] int32 (only bsz <= N is used).
+        batch_id_per_token_output: [capacity >= logits rows] int32 slot per row, -1 past T_out.
+        cu_seqlens_q_output: [bsz + 1] int32 exclusive prefix sum of the rows per slot.
+        max_seq_len: legacy FastDeploy attribute, ignored.
+        draft_tokens: [ours] optional [N, D] int64 (column 0 = last accepted token, then drafts).
+    Returns:
+        logits itself (updated in place).
+    Example: slot 0 with rows [0, 2) (cu = [0, 2]), cur_len 2, pre_ids[0] = [-1, 7, 7, -1],
+    draft_tokens[0] = [7, 9, -1], alpha 1, beta 0.5, gamma 0, temperature 1: row 0 subtracts
+    2 * 0.5 from logit 7; row 1 (conditioned on draft 9) also subtracts 0.5 from logit 9.
+    """
+    _run(
+        "speculate_get_token_penalty_multi_scores",
+        pre_ids,
+        logits,
+        penalty_scores,
+        frequency_scores,
+        presence_scores,
+        temperatures,
+        bad_tokens,
+        bad_tokens_len,
+        cur_len,
+        min_len,
+        eos_token_id,
+        seq_lens_this_time,
+        batch_id_per_token_output,
+        cu_seqlens_q_output,
+        draft_tokens,
+        int(max_seq_len),
+    )
+    return logits
