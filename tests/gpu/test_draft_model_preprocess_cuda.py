@@ -153,6 +153,19 @@ def test_draft_model_preprocess_cuda_all_stopped_and_zero_slots():
     assert_states_equal(got, st, keys=[k for k in UPDATED_KEYS if k != "not_need_stop"])
 
 
+def test_draft_model_preprocess_cuda_bsz_one_decode_literal():
+    st = {k: (v[1:2] if v is not None and k != "not_need_stop" else v) for k, v in literal_state().items()}
+    got = run_kernel(st)
+    np.testing.assert_array_equal(got["draft_tokens"], [[31, 32, 8]])
+    np.testing.assert_array_equal(got["pre_ids"], [[-1, -1, -1, 31, 32, -1, -1, -1]])
+    np.testing.assert_array_equal(got["seq_lens_this_time"], [2])
+    np.testing.assert_array_equal(got["seq_lens_decoder"], [8])
+    np.testing.assert_array_equal(got["step_idx"], [3])
+    np.testing.assert_array_equal(got["stop_flags"], [False])
+    np.testing.assert_array_equal(got["not_need_stop"], [True])
+    np.testing.assert_array_equal(got["target_model_draft_tokens"], [[32, -1, -1]])
+
+
 def test_draft_model_preprocess_cuda_bsz_256_structured():
     bsz, D, Sp = 256, 4, 300
     b = np.arange(bsz)
