@@ -18,6 +18,7 @@ import paddle
 
 from specworker.model_executor import op_build
 
+import numpy as np
 __all__ = [
     "OpsNotBuiltError",
     "PaddingOffsetOutput",
@@ -35,6 +36,9 @@ __all__ = [
     "VERIFY_STRATEGIES",
     "ACCEPT_POLICIES",
     "speculate_get_token_penalty_multi_scores",
+    "EagleHiddenStatesOutput",
+    "draft_model_preprocess",
+    "eagle_get_hidden_states",
 ]
 
 
@@ -658,3 +662,158 @@ def speculate_get_token_penalty_multi_scores(
         int(max_seq_len),
     )
     return logits
+
+
+def _host_int(op: str, name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{op}: {name} must be a host int, got {type(value).__name__}")
+    return int(value)
+
+
+def _host_bool(op: str, name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{op}: {name} must be a host bool, got {type(value).__name__}")
+    return bool(value)
+
+
+def draft_model_preprocess(
+    draft_tokens: paddle.Tensor,
+    input_ids: paddle.Tensor,
+    stop_flags: paddle.Tensor,
+    seq_lens_this_time: paddle.Tensor,
+    seq_lens_encoder: paddle.Tensor,
+    seq_lens_decoder: paddle.Tensor,
+    step_idx: paddle.Tensor,
+    not_need_stop: paddle.Tensor,
+    pre_ids: paddle.Tensor,
+    accept_tokens: paddle.Tensor,
+    accept_num: paddle.Tensor,
+    target_model_seq_lens_encoder: paddle.Tensor,
+    target_model_seq_lens_decoder: paddle.Tensor,
+    target_model_step_idx: paddle.Tensor,
+    target_model_stop_flags: paddle.Tensor,
+    max_dec_len: paddle.Tensor,
+    target_model_draft_tokens: paddle.Tensor,
+    num_model_steps: int,
+    is_splitwise_prefill: bool = False,
+    target_model_is_block_step: paddle.Tensor | None = None,
+    truncate_first_token: bool = True,
+) -> None:
+    """Derives the draft's state for this round from the target's state after verification, in place.
+
+    Argument order is FastDeploy's era-[C] one (draft side, then target side, then
+    num_model_step, is_splitwise_prefill), so a FastDeploy call works unchanged; ours are
+    appended: target_model_is_block_step (None: a paused slot must also be stopped, as in
+    FastDeploy) and truncate_first_token (FastDeploy [B]'s attribute; [C] always truncates).
+    bsz = seq_lens_this_time.shape[0]; per-slot tensors are [bsz] or [bsz, 1]; row buffers [N, *]
+    with N >= bsz (rows past bsz are not touched).
+
+    Args (updated in place: the draft side and target_model_draft_tokens):
+        draft_tokens: [N, Dd] int64, the draft's input tokens of a decode slot.
+        input_ids: [N, S] int64, the draft prompt (the target prompt shifted left by one).
+        stop_flags: [bsz] bool, draft slot stopped.
+        seq_lens_this_time, seq_lens_encoder, seq_lens_decoder: [bsz] int32, draft L, E, Dec.
+        step_idx: [bsz] int64, draft step index.
+        not_need_stop: [1] bool on the same device; set to "any draft slot runs".
+        pre_ids: [N, Sp] int64, the draft's history (0-based: pre_ids[b, j] = generated token j + 1).
+        accept_tokens: [N, Da] int64, tokens verify emitted: accept_tokens[b, :accept_num[b]].
+        accept_num: [bsz] int32.
+        target_model_seq_lens_encoder: [bsz] int32, unused (FastDeploy's signature).
+        target_model_seq_lens_decoder: [bsz] int32, target Dec after verification.
+        target_model_step_idx: [bsz] int64, target tokens generated so far (this step's included).
+        target_model_stop_flags: [bsz] bool.
+        max_dec_len: [bsz] int64.
+        target_model_draft_tokens: [N, Dt] int64; columns 1.. are reset to -1.
+        num_model_steps: draft substeps per round (>= 1).
+        is_splitwise_prefill: PD prefill node ([C]): disables the max_dec_len skip.
+        target_model_is_block_step: [bsz] bool or None, target slot paused (preempted).
+        truncate_first_token: the draft prompt is the target prompt shifted by one (MTP/EAGLE).
+    Returns:
+        None; the tensors above are updated in place.
+    Raises:
+        ValueError: wrong dtype/shape/device, num_model_steps < 1; on CPU also a running decode
+            slot with accept_num outside [0, min(Da, Dd)] or a pre_ids position < 0, and a draft
+            prefill whose first token would land at input_ids column >= S. On GPU those cannot be
+            raised without a host sync; the kernel clamps accept_num and skips out-of-range writes.
+        TypeError: num_model_steps not an int, or a flag not a bool.
+
+    Per slot b (target state is after verification; skipped slots get stop = true,
+    L = E = Dec = step_idx = 0, and so do paused ones: on resume every draft value is re-derived):
+        stopped / paused / step_idx_t + num_model_steps >= max_dec_len -> skipped
+        draft E > 0 (the target finished its prefill and emitted its first token t1):
+            input_ids[b, E - 1] = t1, pre_ids[b, 0] = t1, L = E, step_idx = step_idx_t - 1
+        decode, n = accept_num[b]: Dec = Dec_t - n, step_idx = step_idx_t - n,
+            draft_tokens[b, :n] = accept_tokens[b, :n], pre_ids[b, step_idx_t - n + i] = its i-th, L = n
+    Example (num_model_steps = 1, Dec_t / step_idx_t are after verification):
+        slot 0 just finished a 4-token prefill (draft input_ids [12, 13, 14, -1], E = 4, target
+        accept_tokens [21, ..], step_idx_t = 1); slot 1 decode (accept_num 2, accept_tokens
+        [31, 32, ..], Dec_t = 10, step_idx_t = 5); slot 2 target stopped
+        -> input_ids[0] = [12, 13, 14, 21], L = [4, 2, 0], E = [4, 0, 0], Dec = [*, 8, 0],
+           step_idx = [0, 3, 0], draft_tokens[1, :2] = [31, 32], pre_ids[1, 3:5] = [31, 32],
+           stop_flags = [F, F, T], not_need_stop = [True].
+    """
+    op = "draft_model_preprocess"
+    _run(
+        op, draft_tokens, input_ids, stop_flags, seq_lens_this_time, seq_lens_encoder, seq_lens_decoder, step_idx,
+        not_need_stop, pre_ids, accept_tokens, accept_num, target_model_seq_lens_encoder,
+        target_model_seq_lens_decoder, target_model_step_idx, target_model_stop_flags, max_dec_len,
+        target_model_draft_tokens, target_model_is_block_step, _host_int(op, "num_model_steps", num_model_steps),
+        _host_bool(op, "is_splitwise_prefill", is_splitwise_prefill),
+        _host_bool(op, "truncate_first_token", truncate_first_token),
+    )
+
+
+class EagleHiddenStatesOutput(NamedTuple):
+    """eagle_get_hidden_states's outputs; unpacks like FastDeploy's two."""
+
+    out: paddle.Tensor  # [T, H] input's dtype; rows past output_token_num are zero
+    output_token_num: paddle.Tensor  # [1] int32 on the input's device, = sum(draft L)
+
+
+def eagle_get_hidden_states(
+    input: paddle.Tensor,
+    seq_lens_this_time: paddle.Tensor,
+    seq_lens_encoder: paddle.Tensor,
+    seq_lens_decoder: paddle.Tensor,
+    stop_flags: paddle.Tensor,
+    accept_num: paddle.Tensor,
+    target_model_seq_lens_this_time: paddle.Tensor,
+    target_model_seq_lens_encoder: paddle.Tensor,
+    actual_draft_token_num: int,
+) -> EagleHiddenStatesOutput:
+    """Gathers, per slot, the target hidden rows the draft consumes, packed in slot order (no host sync).
+
+    Argument order is FastDeploy's (its base_model_* are our target_model_*; accept_nums is
+    accept_num). Slot b owns the target rows [cu_t[b], cu_t[b] + L_t[b]) (cu_t: exclusive prefix
+    sum of target_model_seq_lens_this_time) and keeps their first k_b: 0 if the draft slot is
+    stopped (L_b == 0), E_b for a draft prefill, else accept_num[b]. k_b equals the draft's L_b,
+    so the output lines up with the draft's ids_remove_padding.
+
+    Args:
+        input: [T, H] float32/float16/bfloat16, the target's packed hidden states.
+        seq_lens_this_time, seq_lens_encoder: [bsz] int32, draft L and E after draft_model_preprocess.
+        seq_lens_decoder: [bsz] int32, stop_flags: [bsz] bool; unused (FastDeploy's signature).
+        accept_num: [bsz] int32.
+        target_model_seq_lens_this_time: [bsz] int32, the target's L of the step just finished.
+        target_model_seq_lens_encoder: [bsz] int32, unused (FastDeploy's signature).
+        actual_draft_token_num: int, unused (FastDeploy's signature).
+    Returns:
+        EagleHiddenStatesOutput(out [T, H] input's dtype, rows past the count zero;
+        output_token_num [1] int32 on the device, = sum(k_b)). Sized from the bound T, so no
+        count is read on the host; consumers read out[:T_draft] with T_draft from the draft's
+        own lengths.
+    Raises:
+        ValueError: wrong dtype/shape/device; on CPU also a negative length, k_b > L_t[b],
+            k_b != L_b, or sum(L_t) > T. On GPU these cannot be raised without a host sync;
+            the kernel clamps k_b to L_t[b] and never reads or writes a row >= T.
+
+    Example: target L_t [3, 2, 2], draft L [3, 2, 0], draft E [3, 0, 0], accept_num [1, 2, 1]
+        (slot 0 prefill, slot 1 decode that accepted one draft, slot 2 draft stopped)
+        -> out rows [h0, h1, h2, h3, h4, 0, 0], output_token_num [5].
+    """
+    out, count = _run(
+        "eagle_get_hidden_states", input, seq_lens_this_time, seq_lens_encoder, seq_lens_decoder, stop_flags,
+        accept_num, target_model_seq_lens_this_time, target_model_seq_lens_encoder,
+        _host_int("eagle_get_hidden_states", "actual_draft_token_num", actual_draft_token_num),
+    )
+    return EagleHiddenStatesOutput(out=out, output_token_num=count)
