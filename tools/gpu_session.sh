@@ -19,11 +19,12 @@ echo "== tests/gpu"
 python3 -m pytest -q -p no:cacheprovider tests/gpu >"$out/gpu_tests.log" 2>&1 || status=1
 tail -3 "$out/gpu_tests.log"
 echo "== compute-sanitizer memcheck"
-compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest -q -p no:cacheprovider tests/gpu \
+timeout "${MEMCHECK_TIMEOUT:-300}" compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest -q -p no:cacheprovider tests/gpu \
   >"$out/memcheck.log" 2>&1 || status=1
 grep -E "passed|failed|ERROR SUMMARY" "$out/memcheck.log" | tail -3
 for bench in "$@"; do
   echo "== $bench"
-  python3 "$bench" --out "$out/$(basename "$bench" .py).json" 2>&1 | tee "$out/$(basename "$bench" .py).log" | tail -14 || status=1
+  timeout "${BENCH_TIMEOUT:-150}" python3 "$bench" --out "$out/$(basename "$bench" .py).json" 2>&1 \
+    | tee -a "$out/bench.log" | tail -"${BENCH_TAIL:-14}" || status=1
 done
 exit $status
