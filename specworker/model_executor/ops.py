@@ -39,6 +39,8 @@ __all__ = [
     "EagleHiddenStatesOutput",
     "draft_model_preprocess",
     "eagle_get_hidden_states",
+    "draft_model_update",
+    "draft_model_postprocess",
 ]
 
 
@@ -817,3 +819,105 @@ def eagle_get_hidden_states(
         _host_int("eagle_get_hidden_states", "actual_draft_token_num", actual_draft_token_num),
     )
     return EagleHiddenStatesOutput(out=out, output_token_num=count)
+
+
+def draft_model_update(
+    inter_next_tokens: paddle.Tensor,
+    draft_tokens: paddle.Tensor,
+    pre_ids: paddle.Tensor,
+    seq_lens_this_time: paddle.Tensor,
+    seq_lens_encoder: paddle.Tensor,
+    seq_lens_decoder: paddle.Tensor,
+    step_idx: paddle.Tensor,
+    cu_seqlens_q_output: paddle.Tensor,
+    stop_flags: paddle.Tensor,
+    not_need_stop: paddle.Tensor,
+    max_dec_len: paddle.Tensor,
+    end_ids: paddle.Tensor,
+    base_model_draft_tokens: paddle.Tensor,
+    max_seq_len: int,
+    substep: int,
+) -> None:
+    """Advances the draft state after MTP sampling substep `substep` and proposes its token.
+
+    In place (returns None). Per slot b: a stopped (or paused) slot proposes -1
+    (base_model_draft_tokens[b, substep + 1] = draft_tokens[b, 0] = -1), L = E = 0. A running
+    slot takes the token of its last output row, inter_next_tokens[cu_seqlens_q_output[b + 1] - 1];
+    prefill (E > 0): Dec += E, E = 0, step_idx += 1; decode: Dec += L, step_idx += L; then
+    pre_ids[b, step_idx] = token (skipped outside [0, S)). If step_idx < max_dec_len[b] the token
+    is proposed (base_model_draft_tokens[b, substep + 1] = draft_tokens[b, 0] = token, L = 1);
+    otherwise the target could never emit it, so -1 is proposed and the slot stops (L = 0).
+    A draft EOS does not stop the slot (verification decides stopping). not_need_stop[0] = some
+    slot still running, written on the device.
+
+    Args:
+        inter_next_tokens: [rows] (or [rows, 1]) int64 draft token per output row.
+        draft_tokens: [N, D] int64 draft input tokens (N >= bsz), column 0 written.
+        pre_ids: [N, S] int64 draft history.
+        seq_lens_this_time, seq_lens_encoder, seq_lens_decoder: [bsz] (or [bsz, 1]) int32.
+        step_idx: [bsz] int64. max_dec_len: [bsz] int64. stop_flags: [bsz] bool.
+        cu_seqlens_q_output: [bsz + 1] int32, slot b owns rows [cu[b], cu[b + 1]).
+        not_need_stop: [1] bool on the same device as the other inputs.
+        end_ids: [E] int64, accepted for FastDeploy compatibility, not read.
+        base_model_draft_tokens: [N, D_target] int64, the target's draft_tokens.
+        max_seq_len: FastDeploy's legacy padded width, ignored.
+        substep: 0 <= substep < D_target - 1.
+    Raises:
+        ValueError: wrong dtype/shape/device, substep out of range; on CPU also a running slot
+            without a row in inter_next_tokens (the CUDA kernel makes it propose -1 and stop).
+
+    Example (substep 0; slot 0 decode with L 2, slot 1 stopped, slot 2 prefill with E 4):
+        cu_seqlens_q_output [0, 2, 2, 3], inter_next_tokens [70, 71, 90], step_idx [5, 9, 0],
+        max_dec_len [100, 100, 100] -> base_model_draft_tokens[:, 1] = [71, -1, 90],
+        seq_lens_this_time [1, 0, 1], step_idx [7, 9, 1], not_need_stop [True].
+    """
+    _run(
+        "draft_model_update",
+        inter_next_tokens,
+        draft_tokens,
+        pre_ids,
+        seq_lens_this_time,
+        seq_lens_encoder,
+        seq_lens_decoder,
+        step_idx,
+        cu_seqlens_q_output,
+        stop_flags,
+        not_need_stop,
+        max_dec_len,
+        end_ids,
+        base_model_draft_tokens,
+        int(max_seq_len),
+        int(substep),
+    )
+
+
+def draft_model_postprocess(
+    base_model_draft_tokens: paddle.Tensor,
+    base_model_seq_lens_this_time: paddle.Tensor,
+    base_model_seq_lens_encoder: paddle.Tensor,
+    base_model_stop_flags: paddle.Tensor,
+) -> None:
+    """Sets the target's seq_lens_this_time from the proposer's drafts, in place (returns None).
+
+    Per slot: stopped -> 0; prefill (E > 0) -> untouched; decode -> 1 + the drafts in
+    base_model_draft_tokens[b, 1:] before the first -1.
+
+    Args:
+        base_model_draft_tokens: [N, D] int64 target draft_tokens (N >= bsz, D >= 1).
+        base_model_seq_lens_this_time: [bsz] (or [bsz, 1]) int32, updated in place.
+        base_model_seq_lens_encoder: [bsz] int32. base_model_stop_flags: [bsz] bool.
+    Raises:
+        ValueError: wrong dtype/shape/device; on CPU also a gap in a decode slot's drafts (-1
+            followed by a draft) or a decode slot with column 0 = -1. On GPU those cannot raise
+            without a host sync: the kernel counts the contiguous prefix only.
+
+    Example: drafts [[7, 8, 9], [5, -1, -1], [3, 4, -1]], L [3, 5, 0], E [0, 5, 0],
+        stop [False, False, True] -> L [3, 5, 0].
+    """
+    _run(
+        "draft_model_postprocess",
+        base_model_draft_tokens,
+        base_model_seq_lens_this_time,
+        base_model_seq_lens_encoder,
+        base_model_stop_flags,
+    )

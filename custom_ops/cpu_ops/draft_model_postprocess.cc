@@ -1,0 +1,114 @@
+// draft_model_postprocess: hands the proposer's drafts back to the target by setting the target's
+// seq_lens_this_time for the next step (SPEC §5; FastDeploy §8.5).
+//   base_model_draft_tokens       [N, D] int64: the target's draft_tokens; column 0 the last
+//                                 accepted token, columns 1 .. the drafts, -1 = no draft
+//   base_model_seq_lens_this_time [bsz] (or [bsz, 1]) int32, in place
+//   base_model_seq_lens_encoder   [bsz] int32; base_model_stop_flags [bsz] bool
+// Per slot b < bsz:
+//   stopped            -> L_b = 0;
+//   prefill (E_b > 0)  -> L_b untouched (the scheduler sets the next chunk);
+//   decode             -> L_b = 1 + the drafts in columns 1 .. before the first -1.
+// [ours] Drafts must be contiguous. FastDeploy counted every entry != -1 anywhere in the row, so
+// a gap (a -1 followed by a draft) made the target feed that -1 as a token. A gap is a bug
+// upstream: the CPU kernel raises naming the slot and the columns (checked before any write); the
+// CUDA kernel cannot raise without a host sync, so it counts the contiguous prefix only and
+// never feeds the drafts past the gap. A running decode slot with column 0 = -1 (no last
+// accepted token to feed) raises here too; the CUDA kernel counts it as above.
+#include <vector>
+
+#include "op_checks.h"
+
+#ifdef SPECWORKER_WITH_CUDA
+void DraftModelPostprocessCUDA(const paddle::Tensor& base_model_draft_tokens,
+                               paddle::Tensor& base_model_seq_lens_this_time,
+                               const paddle::Tensor& base_model_seq_lens_encoder,
+                               const paddle::Tensor& base_model_stop_flags);
+#endif
+
+namespace {
+
+constexpr const char* kOp = "draft_model_postprocess";
+using paddle::DataType;
+
+void CheckArgs(const paddle::Tensor& draft_tokens, const paddle::Tensor& seq_lens_this_time,
+               const paddle::Tensor& seq_lens_encoder, const paddle::Tensor& stop_flags) {
+  const int64_t bsz = specworker::CheckPerSlot(kOp, "base_model_seq_lens_this_time",
+                                               seq_lens_this_time, DataType::INT32);
+  specworker::CheckPerSlot(kOp, "base_model_seq_lens_encoder", seq_lens_encoder,
+                           DataType::INT32, bsz);
+  specworker::CheckPerSlot(kOp, "base_model_stop_flags", stop_flags, DataType::BOOL, bsz);
+  const int64_t D = specworker::CheckSlotRows(kOp, "base_model_draft_tokens", draft_tokens,
+                                              DataType::INT64, bsz);
+  PD_CHECK(D >= 1 && D <= INT32_MAX, kOp, ": base_model_draft_tokens has shape ",
+           specworker::ShapeStr(draft_tokens.shape()),
+           ", expected [N, D] with 1 <= D (column 0 is the last accepted token)");
+  specworker::CheckSamePlace(kOp, "base_model_draft_tokens", draft_tokens, seq_lens_this_time,
+                             "base_model_seq_lens_this_time");
+  specworker::CheckSamePlace(kOp, "base_model_seq_lens_encoder", seq_lens_encoder,
+                             seq_lens_this_time, "base_model_seq_lens_this_time");
+  specworker::CheckSamePlace(kOp, "base_model_stop_flags", stop_flags, seq_lens_this_time,
+                             "base_model_seq_lens_this_time");
+}
+
+bool Counted(const bool* stop, const int32_t* enc, int64_t b) { return !stop[b] && enc[b] <= 0; }
+
+// Raises for a counted slot whose row has no last accepted token or a gap in its drafts.
+void CheckRowsCPU(const int64_t* drafts, int64_t D, const bool* stop, const int32_t* enc,
+                  int64_t bsz) {
+  for (int64_t b = 0; b < bsz; ++b) {
+    if (!Counted(stop, enc, b)) continue;
+    const int64_t* row = drafts + b * D;
+    PD_CHECK(row[0] != -1, kOp, ": decode slot ", b, " is running but base_model_draft_tokens[",
+             b, ", 0] = -1; column 0 must hold the last accepted token the target feeds first");
+    int64_t first_empty = 1;
+    while (first_empty < D && row[first_empty] != -1) ++first_empty;
+    for (int64_t j = first_empty + 1; j < D; ++j) {
+      PD_CHECK(row[j] == -1, kOp, ": slot ", b, " has a gap in base_model_draft_tokens: column ",
+               first_empty, " is -1 but column ", j, " holds draft ", row[j],
+               "; drafts must be contiguous from column 1 (a bug in the proposer)");
+    }
+  }
+}
+
+}  // namespace
+
+void DraftModelPostprocess(const paddle::Tensor& base_model_draft_tokens,
+                           paddle::Tensor& base_model_seq_lens_this_time,
+                           const paddle::Tensor& base_model_seq_lens_encoder,
+                           const paddle::Tensor& base_model_stop_flags) {
+  CheckArgs(base_model_draft_tokens, base_model_seq_lens_this_time, base_model_seq_lens_encoder,
+            base_model_stop_flags);
+  if (base_model_seq_lens_this_time.is_gpu()) {
+#ifdef SPECWORKER_WITH_CUDA
+    DraftModelPostprocessCUDA(base_model_draft_tokens, base_model_seq_lens_this_time,
+                              base_model_seq_lens_encoder, base_model_stop_flags);
+    return;
+#else
+    PD_THROW(kOp, ": got GPU tensors but the extension was built without CUDA");
+#endif
+  }
+  const int64_t bsz = base_model_seq_lens_this_time.shape()[0];
+  const int64_t D = base_model_draft_tokens.shape()[1];
+  const int64_t* drafts = base_model_draft_tokens.data<int64_t>();
+  int32_t* lens = base_model_seq_lens_this_time.data<int32_t>();
+  const int32_t* enc = base_model_seq_lens_encoder.data<int32_t>();
+  const bool* stop = base_model_stop_flags.data<bool>();
+  CheckRowsCPU(drafts, D, stop, enc, bsz);
+  for (int64_t b = 0; b < bsz; ++b) {
+    if (stop[b]) {
+      lens[b] = 0;
+    } else if (Counted(stop, enc, b)) {
+      const int64_t* row = drafts + b * D;
+      int32_t n = 1;
+      while (n < D && row[n] != -1) ++n;
+      lens[b] = n;
+    }
+  }
+}
+
+PD_BUILD_OP(draft_model_postprocess)
+    .Inputs({"base_model_draft_tokens", "base_model_seq_lens_this_time",
+             "base_model_seq_lens_encoder", "base_model_stop_flags"})
+    .Outputs({"base_model_seq_lens_this_time_out"})
+    .SetInplaceMap({{"base_model_seq_lens_this_time", "base_model_seq_lens_this_time_out"}})
+    .SetKernelFn(PD_KERNEL(DraftModelPostprocess));

@@ -1,0 +1,78 @@
+"""draft_model_postprocess's CUDA kernel against the numpy reference (tests/draft_cases.py cases,
+batch sizes past one block, and the kernel's gap handling where the CPU op raises)."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from tests import draft_cases as dc
+from tests.gpu.harness import launcher, ptr, require_gpu, stream
+from tests.reference.draft_model_postprocess import ref_draft_model_postprocess
+
+cp = require_gpu()
+_P, _I = ctypes.c_void_p, ctypes.c_int
+launch = launcher("specworker_draft_model_postprocess_launch", [_P, _I, _P, _P, _P, _I, _P])
+
+GUARD = 64
+CANARY = -7777
+BATCH_SIZES = (1, 3, 17, 256, 1000, 5000)
+
+
+def run_kernel(state, width=None):
+    """Runs the kernel on a numpy state dict; returns the new base_model_seq_lens_this_time and
+    checks that nothing else (and nothing past the end) was written."""
+    drafts = np.asarray(state["base_model_draft_tokens"])
+    lens = np.asarray(state["base_model_seq_lens_this_time"], np.int32)
+    enc = np.asarray(state["base_model_seq_lens_encoder"], np.int32)
+    stop = np.asarray(state["base_model_stop_flags"], bool)
+    d_drafts = cp.asarray(drafts)
+    d_lens = cp.asarray(np.concatenate([lens, np.full(GUARD, CANARY, np.int32)]))
+    d_enc, d_stop = cp.asarray(enc), cp.asarray(stop)
+    launch(ptr(d_drafts), drafts.shape[1] if width is None else width, ptr(d_lens), ptr(d_enc), ptr(d_stop),
+           lens.shape[0], stream())
+    out = cp.asnumpy(d_lens)
+    assert (out[lens.shape[0]:] == CANARY).all(), "seq_lens_this_time written past bsz"
+    np.testing.assert_array_equal(cp.asnumpy(d_drafts), drafts, err_msg="base_model_draft_tokens is read-only")
+    return out[: lens.shape[0]]
+
+
+def make_state(drafts, lens, enc, stop):
+    return dict(base_model_draft_tokens=np.asarray(drafts, np.int64),
+                base_model_seq_lens_this_time=np.asarray(lens, np.int32),
+                base_model_seq_lens_encoder=np.asarray(enc, np.int32), base_model_stop_flags=np.asarray(stop, bool))
+
+
+def test_draft_model_postprocess_cuda_literal():
+    # decode with 2 drafts -> 3; prefill untouched; decode without drafts -> 1; stopped -> 0.
+    state = make_state([[7, 8, 9, -1], [5, -1, 6, 6], [3, -1, -1, -1], [-1, 1, -1, 3]], [9, 9, 9, 9], [0, 5, 0, 0],
+                       [False, False, False, True])
+    np.testing.assert_array_equal(run_kernel(state), [3, 9, 1, 0])
+
+
+def test_draft_model_postprocess_cuda_full_row_and_width_one():
+    np.testing.assert_array_equal(run_kernel(make_state([[1, 2, 3, 4]], [0], [0], [False])), [4])
+    np.testing.assert_array_equal(run_kernel(make_state([[1], [2]], [5, 5], [0, 0], [False, True])), [1, 0])
+
+
+@pytest.mark.parametrize("bsz, kind, seed", dc.postprocess_grid(BATCH_SIZES))
+def test_draft_model_postprocess_cuda_matches_reference(bsz, kind, seed):
+    state = dc.make_postprocess_case(np.random.default_rng(seed), bsz, kind, extra_rows=seed % 3)
+    np.testing.assert_array_equal(run_kernel(state), ref_draft_model_postprocess(state)["base_model_seq_lens_this_time"])
+
+
+@pytest.mark.parametrize("row, want", [([7, -1, 8, -1], 1), ([7, 8, -1, 9], 2), ([-1, 8, 9, -1], 3)])
+def test_draft_model_postprocess_cuda_gap_counts_contiguous_prefix(row, want):
+    """The CPU op raises on these rows; the kernel cannot, so it feeds only the drafts before the
+    first -1 (never the -1 itself, which FastDeploy's count of non -1 entries did)."""
+    state = make_state([[1, 2, -1, -1], row, [3, -1, -1, -1]], [0, 0, 0], [0, 0, 0], [False] * 3)
+    with pytest.raises(ValueError):
+        ref_draft_model_postprocess(state)
+    got = run_kernel(state)
+    np.testing.assert_array_equal(got, ref_draft_model_postprocess(state, strict=False)["base_model_seq_lens_this_time"])
+    assert got[1] == want
+
+
+def test_draft_model_postprocess_cuda_rejects_zero_width():
+    with pytest.raises(RuntimeError, match="returned cudaError"):
+        run_kernel(make_state([[1, 2]], [0], [0], [False]), width=0)
