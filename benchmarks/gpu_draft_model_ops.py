@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.gpu.harness import kernels_lib, ptr, require_gpu  # noqa: E402
+from benchmarks.timing import launcher as _fn, stream_ptr, time_events, time_graph  # noqa: E402
+from tests.gpu.harness import ptr, require_gpu  # noqa: E402
 from tests.mtp_cases import make_round_state  # noqa: E402
 from tests.reference.draft_model_preprocess import ref_draft_model_preprocess  # noqa: E402
 from tests.reference.eagle_get_hidden_states import ref_eagle_get_hidden_states  # noqa: E402
@@ -31,48 +32,6 @@ from tests.reference.eagle_get_hidden_states import ref_eagle_get_hidden_states 
 P = ctypes.c_void_p
 I = ctypes.c_int
 ROW_BUFFERS = ("draft_tokens", "input_ids", "pre_ids", "accept_tokens", "target_model_draft_tokens")
-
-
-def _fn(name, argtypes):
-    f = getattr(kernels_lib(), name)
-    f.argtypes, f.restype = argtypes, I
-    return f
-
-
-def time_events(cp, fn, iters, warmup=20):
-    for _ in range(warmup):
-        fn()
-    cp.cuda.get_current_stream().synchronize()
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    for _ in range(iters):
-        fn()
-    stop.record()
-    stop.synchronize()
-    return cp.cuda.get_elapsed_time(start, stop) * 1e3 / iters  # us per call
-
-
-def time_graph(cp, fn, iters, per_graph=20):
-    """Captures per_graph calls into one graph; returns us per call from replays."""
-    stream = cp.cuda.Stream(non_blocking=True)
-    with stream:
-        fn()
-        stream.synchronize()
-        stream.begin_capture()
-        for _ in range(per_graph):
-            fn()
-        graph = stream.end_capture()
-        for _ in range(3):
-            graph.launch(stream)
-        stream.synchronize()
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record(stream)
-        reps = max(1, iters // per_graph)
-        for _ in range(reps):
-            graph.launch(stream)
-        stop.record(stream)
-        stop.synchronize()
-    return cp.cuda.get_elapsed_time(start, stop) * 1e3 / (reps * per_graph)
 
 
 def bench_round(cp, bsz, kind, k, hidden, iters):
@@ -91,19 +50,17 @@ def bench_round(cp, bsz, kind, k, hidden, iters):
     scratch, count = cp.empty(2 * bsz + 1, cp.int32), cp.empty(1, cp.int32)
 
     def preprocess():
-        s = P(cp.cuda.get_current_stream().ptr)
         pre(ptr(d["draft_tokens"]), w["draft_tokens"], ptr(d["input_ids"]), w["input_ids"], ptr(d["stop_flags"]),
             ptr(d["seq_lens_this_time"]), ptr(d["seq_lens_encoder"]), ptr(d["seq_lens_decoder"]), ptr(d["step_idx"]),
             ptr(d["not_need_stop"]), ptr(d["pre_ids"]), w["pre_ids"], ptr(d["accept_tokens"]), w["accept_tokens"],
             ptr(d["accept_num"]), ptr(d["target_model_seq_lens_decoder"]), ptr(d["target_model_step_idx"]),
             ptr(d["target_model_stop_flags"]), ptr(d["max_dec_len"]), ptr(d["target_model_draft_tokens"]),
-            w["target_model_draft_tokens"], ptr(d["target_model_is_block_step"]), bsz, 1, 0, 1, s)
+            w["target_model_draft_tokens"], ptr(d["target_model_is_block_step"]), bsz, 1, 0, 1, stream_ptr(cp))
 
     def hidden_states():
-        s = P(cp.cuda.get_current_stream().ptr)
         gather(ptr(h), T, hidden, 2, ptr(lens["seq_lens_this_time"]), ptr(lens["seq_lens_encoder"]),
                ptr(d["accept_num"]), ptr(d["target_model_seq_lens_this_time"]), bsz, ptr(scratch), ptr(out), T,
-               ptr(count), s)
+               ptr(count), stream_ptr(cp))
 
     def hidden_states_with_host_read():
         hidden_states()

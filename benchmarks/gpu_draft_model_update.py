@@ -22,18 +22,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.gpu_pre_process import time_events, time_graph  # noqa: E402
 from tests import draft_cases as dc  # noqa: E402
-from tests.gpu.harness import kernels_lib, ptr, require_gpu  # noqa: E402
+from benchmarks.timing import launcher as _fn, stream_ptr, time_events, time_graph  # noqa: E402
+from tests.gpu.harness import ptr, require_gpu  # noqa: E402
 from tests.reference.draft_model_update import STATE_KEYS  # noqa: E402
 
 P, I = ctypes.c_void_p, ctypes.c_int
-
-
-def _fn(name, argtypes):
-    f = getattr(kernels_lib(), name)
-    f.argtypes, f.restype = argtypes, I
-    return f
 
 
 def bench_round(cp, bsz, k, iters):
@@ -47,17 +41,16 @@ def bench_round(cp, bsz, k, iters):
     t_stop = cp.zeros(bsz, cp.bool_)
     host_flag = np.zeros(1, bool)
     rows, D, S = len(args["inter_next_tokens"]), k + 1, state["pre_ids"].shape[1]
-    s = P(cp.cuda.get_current_stream().ptr)
 
     def substep(i):
         err = upd(ptr(d_tokens), rows, ptr(d["draft_tokens"]), D, ptr(d["pre_ids"]), S,
                   ptr(d["seq_lens_this_time"]), ptr(d["seq_lens_encoder"]), ptr(d["seq_lens_decoder"]),
                   ptr(d["step_idx"]), ptr(d_cu), ptr(d["stop_flags"]), ptr(d["not_need_stop"]), ptr(d_max),
-                  ptr(d["base_model_draft_tokens"]), D, bsz, i, s)
+                  ptr(d["base_model_draft_tokens"]), D, bsz, i, stream_ptr(cp))
         assert err == 0
 
     def postprocess():
-        assert post(ptr(d["base_model_draft_tokens"]), D, ptr(t_lens), ptr(t_enc), ptr(t_stop), bsz, s) == 0
+        assert post(ptr(d["base_model_draft_tokens"]), D, ptr(t_lens), ptr(t_enc), ptr(t_stop), bsz, stream_ptr(cp)) == 0
 
     def fastdeploy_style():
         for i in range(k):

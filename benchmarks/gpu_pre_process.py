@@ -25,59 +25,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.cases import make_step_batch  # noqa: E402
-from tests.gpu.harness import kernels_lib, ptr, require_gpu  # noqa: E402
+from benchmarks.timing import launcher as _fn, stream_ptr, time_events, time_graph  # noqa: E402
+from tests.gpu.harness import ptr, require_gpu  # noqa: E402
 
 P = ctypes.c_void_p
 I = ctypes.c_int
-
-
-def _fn(name, argtypes):
-    f = getattr(kernels_lib(), name)
-    f.argtypes, f.restype = argtypes, I
-    return f
-
-
-def _stream(cp):
-    """The current CuPy stream, read at every call so that graph capture sees the launches."""
-    return P(cp.cuda.get_current_stream().ptr)
-
-
-def time_events(cp, fn, iters, warmup=20):
-    for _ in range(warmup):
-        fn()
-    cp.cuda.get_current_stream().synchronize()
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    for _ in range(iters):
-        fn()
-    stop.record()
-    stop.synchronize()
-    return cp.cuda.get_elapsed_time(start, stop) * 1e3 / iters  # us per call
-
-
-def time_graph(cp, fn, iters, per_graph=20):
-    """Captures per_graph calls into one graph; returns us per call from replays."""
-    stream = cp.cuda.Stream(non_blocking=True)
-    with stream:
-        fn()
-        stream.synchronize()
-        stream.begin_capture()
-        for _ in range(per_graph):
-            fn()
-        graph = stream.end_capture()
-        if graph is None:
-            raise RuntimeError("stream capture produced no graph")
-        for _ in range(3):
-            graph.launch(stream)
-        stream.synchronize()
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record(stream)
-        reps = max(1, iters // per_graph)
-        for _ in range(reps):
-            graph.launch(stream)
-        stop.record(stream)
-        stop.synchronize()
-    return cp.cuda.get_elapsed_time(start, stop) * 1e3 / (reps * per_graph)
 
 
 def bench_pre_process(cp, bsz, k, iters):
@@ -98,22 +50,19 @@ def bench_pre_process(cp, bsz, k, iters):
     o_ids = cp.empty(cap, cp.int64)
 
     def input_side():
-        s = _stream(cp)
         gpo(ptr(d["input_ids"]), S, ptr(d["seq_lens_this_time"]), ptr(d["draft_tokens"]), D,
-            ptr(d["seq_lens_encoder"]), bsz, T, ptr(ids), ptr(bid), ptr(cuq), ptr(cuk), s)
-        sgo(ptr(d["seq_lens_this_time"]), ptr(d["seq_lens_encoder"]), bsz, ptr(o_lens), s)
+            ptr(d["seq_lens_encoder"]), bsz, T, ptr(ids), ptr(bid), ptr(cuq), ptr(cuk), stream_ptr(cp))
+        sgo(ptr(d["seq_lens_this_time"]), ptr(d["seq_lens_encoder"]), bsz, ptr(o_lens), stream_ptr(cp))
 
     def refactor():
         input_side()
-        s = _stream(cp)
         t_out = int(o_lens.sum().get())  # the refactor's `.item()`: blocks until the GPU drains
         copy = d["input_ids"] + 0  # the refactor's throwaway input_ids copy
-        gpo(ptr(copy), S, ptr(o_lens), None, 0, None, bsz, t_out, ptr(o_ids), ptr(o_bid), ptr(o_cu), ptr(o_cuk), s)
+        gpo(ptr(copy), S, ptr(o_lens), None, 0, None, bsz, t_out, ptr(o_ids), ptr(o_bid), ptr(o_cu), ptr(o_cuk), stream_ptr(cp))
 
     def ours():
         input_side()
-        s = _stream(cp)
-        gpo(None, S, ptr(o_lens), None, 0, None, bsz, cap, None, ptr(o_bid), ptr(o_cu), ptr(o_cuk), s)
+        gpo(None, S, ptr(o_lens), None, 0, None, bsz, cap, None, ptr(o_bid), ptr(o_cu), ptr(o_cuk), stream_ptr(cp))
 
     ours()
     cp.cuda.get_current_stream().synchronize()
@@ -141,9 +90,8 @@ def bench_rebuild_padding(cp, rows=1024, hidden=7168, iters=200):
     out = cp.empty((rows, hidden), cp.uint16)
 
     def gather():
-        s = _stream(cp)
         rb(ptr(tmp), ptr(d_cu), ptr(d_lens), ptr(d_dec), ptr(d_enc), ptr(d_bid), ptr(d_cu), None, 0,
-           ptr(out), rows, bsz, rows, hidden, 2, s)
+           ptr(out), rows, bsz, rows, hidden, 2, stream_ptr(cp))
 
     gather()
     assert (out == tmp).all(), "rebuild_padding check failed"

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.gpu_pre_process import time_events, time_graph  # noqa: E402
-from tests.gpu.harness import kernels_lib, ptr, require_gpu  # noqa: E402
+from benchmarks.timing import launcher as _fn, stream_ptr, time_events, time_graph  # noqa: E402
+from tests.gpu.harness import ptr, require_gpu  # noqa: E402
 from tests.reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx  # noqa: E402
 from tests.reference.speculate_update import ref_speculate_update  # noqa: E402
 from tests.state_cases import make_post_verify_state  # noqa: E402
@@ -36,12 +36,6 @@ SET_VALUE_ARGS = ("pre_ids", "accept_tokens", "accept_num", "stop_flags", "seq_l
                   "step_idx")
 
 
-def _fn(name, argtypes):
-    f = getattr(kernels_lib(), name)
-    f.argtypes, f.restype = argtypes, I
-    return f
-
-
 def bench(cp, bsz, k, max_model_len, iters):
     update = _fn("specworker_speculate_update_launch", [P] * 12 + [I, I, I, P])
     set_value = _fn("specworker_speculate_set_value_by_flags_and_idx_launch", [P] * 7 + [I, I, I, P])
@@ -49,13 +43,12 @@ def bench(cp, bsz, k, max_model_len, iters):
                                    max_model_len=max_model_len)
     D, S = k + 1, max_model_len
     d = {name: cp.asarray(v) for name, v in state.items()}
-    s = P(cp.cuda.get_current_stream().ptr)
 
     def run_update():
-        update(*(ptr(d[n]) for n in UPDATE_ARGS), bsz, bsz, D, s)
+        update(*(ptr(d[n]) for n in UPDATE_ARGS), bsz, bsz, D, stream_ptr(cp))
 
     def run_set_value():
-        set_value(*(ptr(d[n]) for n in SET_VALUE_ARGS), bsz, S, D, s)
+        set_value(*(ptr(d[n]) for n in SET_VALUE_ARGS), bsz, S, D, stream_ptr(cp))
 
     run_update()
     after_update = {n: cp.asnumpy(v) for n, v in d.items()}

@@ -137,32 +137,3 @@ def test_draft_model_update_cuda_rejects_substep_past_target_width(substep):
     state, args, _ = dc.literal_update_case("mixed_three_slots")
     with pytest.raises(RuntimeError, match="returned cudaError"):
         run_kernel(state, args, substep=substep)
-
-
-def test_draft_model_update_cuda_timing_bsz_5000():
-    """Prints the per-call time (CUDA events, 200 calls back to back) for the record."""
-    state, args = dc.make_update_case(np.random.default_rng(3), 5000, "all_decode", 1)
-    d = {key: _to_device(state[key]) for key in STATE_KEYS}
-    d_tokens, d_cu, d_max = (_to_device(args[key]) for key in ("inter_next_tokens", "cu_seqlens_q_output", "max_dec_len"))
-    fn = kernels_lib().specworker_draft_model_update_launch  # unsynchronized, for timing
-    fn.argtypes, fn.restype = ARGTYPES, ctypes.c_int
-
-    def call():
-        return fn(ptr(d_tokens), len(args["inter_next_tokens"]), ptr(d["draft_tokens"]), state["draft_tokens"].shape[1],
-                  ptr(d["pre_ids"]), state["pre_ids"].shape[1], ptr(d["seq_lens_this_time"]),
-                  ptr(d["seq_lens_encoder"]), ptr(d["seq_lens_decoder"]), ptr(d["step_idx"]), ptr(d_cu),
-                  ptr(d["stop_flags"]), ptr(d["not_need_stop"]), ptr(d_max), ptr(d["base_model_draft_tokens"]),
-                  state["base_model_draft_tokens"].shape[1], 5000, 1, stream())
-
-    assert call() == 0
-    for _ in range(10):
-        call()
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    for _ in range(200):
-        call()
-    stop.record()
-    stop.synchronize()
-    us = cp.cuda.get_elapsed_time(start, stop) * 1e3 / 200
-    print(f"draft_model_update bsz=5000: {us:.2f} us/call")
-    assert us < 1000

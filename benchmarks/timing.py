@@ -1,0 +1,64 @@
+"""Shared GPU timing helpers for the standalone-kernel benchmarks (CuPy + ctypes, no Paddle).
+
+Launchers must read the stream with ``stream_ptr(cp)`` at every call: ``time_graph`` captures on
+its own stream, and a launch on any other stream would escape the capture.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from tests.gpu.harness import kernels_lib
+
+P, I = ctypes.c_void_p, ctypes.c_int
+
+
+def launcher(name: str, argtypes: list):
+    """The raw extern "C" launcher (returns the cudaError_t as int)."""
+    f = getattr(kernels_lib(), name)
+    f.argtypes, f.restype = argtypes, I
+    return f
+
+
+def stream_ptr(cp) -> ctypes.c_void_p:
+    """The current CuPy stream, read at call time so graph capture records the launch."""
+    return P(cp.cuda.get_current_stream().ptr)
+
+
+def time_events(cp, fn, iters: int, warmup: int = 20) -> float:
+    """Microseconds per call of back-to-back calls, timed with CUDA events."""
+    for _ in range(warmup):
+        fn()
+    cp.cuda.get_current_stream().synchronize()
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    for _ in range(iters):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return cp.cuda.get_elapsed_time(start, stop) * 1e3 / iters
+
+
+def time_graph(cp, fn, iters: int, per_graph: int = 20) -> float:
+    """Microseconds per call from replays of a graph holding per_graph calls."""
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        fn()
+        stream.synchronize()
+        stream.begin_capture()
+        for _ in range(per_graph):
+            fn()
+        graph = stream.end_capture()
+        if graph is None:
+            raise RuntimeError("stream capture produced no graph")
+        for _ in range(3):
+            graph.launch(stream)
+        stream.synchronize()
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        reps = max(1, iters // per_graph)
+        for _ in range(reps):
+            graph.launch(stream)
+        stop.record(stream)
+        stop.synchronize()
+    return cp.cuda.get_elapsed_time(start, stop) * 1e3 / (reps * per_graph)
