@@ -32,7 +32,7 @@ P, I = ctypes.c_void_p, ctypes.c_int
 
 def bench_round(cp, bsz, k, iters):
     upd = _fn("specworker_draft_model_update_launch", [P, I, P, I, P, I, P, P, P, P, P, P, P, P, P, I, I, I, P])
-    post = _fn("specworker_draft_model_postprocess_launch", [P, I, P, P, P, I, P])
+    post = _fn("specworker_draft_model_postprocess_launch", [P, I, P, P, P, P, I, P])
     state, args = dc.make_update_case(np.random.default_rng(bsz), bsz, "mixed", 0, k=k, S=256)
     d = {key: cp.asarray(state[key]) for key in STATE_KEYS}
     d_tokens, d_cu = cp.asarray(args["inter_next_tokens"]), cp.asarray(args["cu_seqlens_q_output"])
@@ -50,7 +50,8 @@ def bench_round(cp, bsz, k, iters):
         assert err == 0
 
     def postprocess():
-        assert post(ptr(d["base_model_draft_tokens"]), D, ptr(t_lens), ptr(t_enc), ptr(t_stop), bsz, stream_ptr(cp)) == 0
+        assert post(ptr(d["base_model_draft_tokens"]), D, ptr(t_lens), ptr(t_enc), ptr(t_stop), ptr(None), bsz,
+                    stream_ptr(cp)) == 0
 
     def fastdeploy_style():
         for i in range(k):

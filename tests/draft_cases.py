@@ -15,7 +15,8 @@ from tests.reference.speculate_get_seq_lens_output import ref_speculate_get_seq_
 
 UPDATE_KINDS = ("mixed", "all_prefill", "all_decode", "stopped", "all_stopped", "near_max_dec_len",
                 "history_end", "eos_drafts")
-POSTPROCESS_KINDS = ("mixed", "all_decode", "all_prefill", "stopped", "all_stopped", "no_drafts", "full_drafts")
+POSTPROCESS_KINDS = ("mixed", "all_decode", "all_prefill", "stopped", "all_stopped", "no_drafts", "full_drafts",
+                     "paused")
 END_IDS = np.array([1, 2], dtype=np.int64)
 PAD = 7777  # rows past bsz of the [N, *] buffers (FastDeploy passes whole max_num_seqs buffers)
 
@@ -137,9 +138,12 @@ def update_grid(batch_sizes=(1, 3, 17, 256)):
 
 def make_postprocess_case(rng: np.random.Generator, bsz: int, kind: str = "mixed", k: int = 3, V: int = 111,
                           extra_rows: int = 0) -> dict:
-    """A random target state after the proposer: contiguous drafts in columns 1 .. of decode slots."""
+    """A random target state after the proposer: contiguous drafts in columns 1 .. of decode slots.
+    Kind "paused" passes base_model_is_block_step (others leave it None, FastDeploy's form):
+    paused slots, some also stopped, hold rows the op must not check (a gap, or -1 in column 0)."""
     D, N = k + 1, bsz + extra_rows
-    stop = rng.random(bsz) < (1.0 if kind == "all_stopped" else 0.3 if kind == "stopped" else 0.0)
+    stop = rng.random(bsz) < (1.0 if kind == "all_stopped" else 0.3 if kind in ("stopped", "paused") else 0.0)
+    paused = (rng.random(bsz) < 0.4) if kind == "paused" else None
     prefill = rng.random(bsz) < (1.0 if kind == "all_prefill" else 0.0 if kind == "all_decode" else 0.3)
     enc = np.where(prefill, rng.integers(1, 64, size=bsz), 0).astype(np.int32)
     lens = rng.integers(0, 64, size=bsz).astype(np.int32)  # stale: every counted slot is rewritten
@@ -148,9 +152,11 @@ def make_postprocess_case(rng: np.random.Generator, bsz: int, kind: str = "mixed
     for b in range(bsz):
         n = {"no_drafts": 0, "full_drafts": k}.get(kind, int(rng.integers(0, k + 1)))
         drafts[b, 1:1 + n] = rng.integers(0, V, size=n)
+        if paused is not None and paused[b] and rng.random() < 0.5:
+            drafts[b, rng.integers(0, D)] = -1  # a paused slot's row is not read
     drafts[bsz:] = PAD
     return dict(base_model_draft_tokens=drafts, base_model_seq_lens_this_time=lens,
-                base_model_seq_lens_encoder=enc, base_model_stop_flags=stop)
+                base_model_seq_lens_encoder=enc, base_model_stop_flags=stop, base_model_is_block_step=paused)
 
 
 def postprocess_grid(batch_sizes=(1, 3, 17, 256)):

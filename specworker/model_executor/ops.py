@@ -896,23 +896,29 @@ def draft_model_postprocess(
     base_model_seq_lens_this_time: paddle.Tensor,
     base_model_seq_lens_encoder: paddle.Tensor,
     base_model_stop_flags: paddle.Tensor,
+    base_model_is_block_step: paddle.Tensor | None = None,
 ) -> None:
     """Sets the target's seq_lens_this_time from the proposer's drafts, in place (returns None).
 
-    Per slot: stopped -> 0; prefill (E > 0) -> untouched; decode -> 1 + the drafts in
+    Per slot: stopped or paused -> 0; prefill (E > 0) -> untouched; decode -> 1 + the drafts in
     base_model_draft_tokens[b, 1:] before the first -1.
 
     Args:
         base_model_draft_tokens: [N, D] int64 target draft_tokens (N >= bsz, D >= 1).
         base_model_seq_lens_this_time: [bsz] (or [bsz, 1]) int32, updated in place.
         base_model_seq_lens_encoder: [bsz] int32. base_model_stop_flags: [bsz] bool.
+        base_model_is_block_step: [ours] optional [bsz] bool, the target's paused (preempted)
+            slots; pass it whenever a slot can be paused without its stop flag (as verify,
+            speculate_update and draft_model_preprocess allow), so such a slot keeps L = 0.
+            None: FastDeploy's op, where a paused slot must also be stopped.
     Raises:
         ValueError: wrong dtype/shape/device; on CPU also a gap in a decode slot's drafts (-1
             followed by a draft) or a decode slot with column 0 = -1. On GPU those cannot raise
             without a host sync: the kernel counts the contiguous prefix only.
 
     Example: drafts [[7, 8, 9], [5, -1, -1], [3, 4, -1]], L [3, 5, 0], E [0, 5, 0],
-        stop [False, False, True] -> L [3, 5, 0].
+        stop [False, False, True] -> L [3, 5, 0]; with base_model_is_block_step
+        [True, False, False] -> L [0, 5, 0].
     """
     _run(
         "draft_model_postprocess",
@@ -920,4 +926,5 @@ def draft_model_postprocess(
         base_model_seq_lens_this_time,
         base_model_seq_lens_encoder,
         base_model_stop_flags,
+        base_model_is_block_step,
     )

@@ -12,7 +12,7 @@ from tests.reference.draft_model_postprocess import ref_draft_model_postprocess
 
 cp = require_gpu()
 _P, _I = ctypes.c_void_p, ctypes.c_int
-launch = launcher("specworker_draft_model_postprocess_launch", [_P, _I, _P, _P, _P, _I, _P])
+launch = launcher("specworker_draft_model_postprocess_launch", [_P, _I, _P, _P, _P, _P, _I, _P])
 
 GUARD = 64
 CANARY = -7777
@@ -26,21 +26,24 @@ def run_kernel(state, width=None):
     lens = np.asarray(state["base_model_seq_lens_this_time"], np.int32)
     enc = np.asarray(state["base_model_seq_lens_encoder"], np.int32)
     stop = np.asarray(state["base_model_stop_flags"], bool)
+    paused = state.get("base_model_is_block_step")
     d_drafts = cp.asarray(drafts)
     d_lens = cp.asarray(np.concatenate([lens, np.full(GUARD, CANARY, np.int32)]))
     d_enc, d_stop = cp.asarray(enc), cp.asarray(stop)
+    d_paused = None if paused is None else cp.asarray(np.asarray(paused, bool))
     launch(ptr(d_drafts), drafts.shape[1] if width is None else width, ptr(d_lens), ptr(d_enc), ptr(d_stop),
-           lens.shape[0], stream())
+           ptr(d_paused), lens.shape[0], stream())
     out = cp.asnumpy(d_lens)
     assert (out[lens.shape[0]:] == CANARY).all(), "seq_lens_this_time written past bsz"
     np.testing.assert_array_equal(cp.asnumpy(d_drafts), drafts, err_msg="base_model_draft_tokens is read-only")
     return out[: lens.shape[0]]
 
 
-def make_state(drafts, lens, enc, stop):
+def make_state(drafts, lens, enc, stop, paused=None):
     return dict(base_model_draft_tokens=np.asarray(drafts, np.int64),
                 base_model_seq_lens_this_time=np.asarray(lens, np.int32),
-                base_model_seq_lens_encoder=np.asarray(enc, np.int32), base_model_stop_flags=np.asarray(stop, bool))
+                base_model_seq_lens_encoder=np.asarray(enc, np.int32), base_model_stop_flags=np.asarray(stop, bool),
+                base_model_is_block_step=None if paused is None else np.asarray(paused, bool))
 
 
 def test_draft_model_postprocess_cuda_literal():
@@ -48,6 +51,16 @@ def test_draft_model_postprocess_cuda_literal():
     state = make_state([[7, 8, 9, -1], [5, -1, 6, 6], [3, -1, -1, -1], [-1, 1, -1, 3]], [9, 9, 9, 9], [0, 5, 0, 0],
                        [False, False, False, True])
     np.testing.assert_array_equal(run_kernel(state), [3, 9, 1, 0])
+
+
+def test_draft_model_postprocess_cuda_paused_slots_get_no_tokens():
+    """Paused slots (is_block_step, with or without the stop flag) get L = 0 and their rows are not
+    read; a NULL is_block_step keeps FastDeploy's behaviour (tests/ops literal of the same name)."""
+    state = make_state([[7, 8, -1, -1], [5, -1, -1, -1], [3, 4, -1, -1], [-1, 6, -1, 2], [1, 2, 3, -1]],
+                       [9, 9, 9, 9, 9], [0, 5, 0, 0, 0], [False, False, True, False, False],
+                       [True, True, True, True, False])
+    np.testing.assert_array_equal(run_kernel(state), [0, 0, 0, 0, 3])
+    np.testing.assert_array_equal(run_kernel(dict(state, base_model_is_block_step=None)), [2, 9, 0, 2, 3])
 
 
 def test_draft_model_postprocess_cuda_full_row_and_width_one():

@@ -14,15 +14,18 @@ def run_op(state, column=False):
         return paddle.to_tensor(a.reshape(-1, 1) if column else a)
 
     lens = per_slot(state["base_model_seq_lens_this_time"])
+    paused = state.get("base_model_is_block_step")
     draft_model_postprocess(paddle.to_tensor(np.asarray(state["base_model_draft_tokens"])), lens,
-                            per_slot(state["base_model_seq_lens_encoder"]), per_slot(state["base_model_stop_flags"]))
+                            per_slot(state["base_model_seq_lens_encoder"]), per_slot(state["base_model_stop_flags"]),
+                            None if paused is None else per_slot(paused))
     return lens.numpy().reshape(-1)
 
 
-def make_state(drafts, lens, enc, stop):
+def make_state(drafts, lens, enc, stop, paused=None):
     return dict(base_model_draft_tokens=np.asarray(drafts, np.int64),
                 base_model_seq_lens_this_time=np.asarray(lens, np.int32),
-                base_model_seq_lens_encoder=np.asarray(enc, np.int32), base_model_stop_flags=np.asarray(stop, bool))
+                base_model_seq_lens_encoder=np.asarray(enc, np.int32), base_model_stop_flags=np.asarray(stop, bool),
+                base_model_is_block_step=None if paused is None else np.asarray(paused, bool))
 
 
 # slot 0 decode with 2 drafts -> 3; slot 1 prefill (E 5) -> untouched 9 (its row is ignored, gap
@@ -36,6 +39,33 @@ def test_draft_model_postprocess_literal():
     np.testing.assert_array_equal(run_op(LITERAL), LITERAL_EXPECTED)
     np.testing.assert_array_equal(ref_draft_model_postprocess(LITERAL)["base_model_seq_lens_this_time"],
                                   LITERAL_EXPECTED)
+
+
+# [ours] base_model_is_block_step: slot 0 paused without its stop flag (a decode slot with drafts),
+# slot 1 paused prefill, slot 2 paused and stopped, slot 3 paused with a gap in its row (not
+# checked: its row is not fed), slot 4 running decode.
+PAUSED = make_state([[7, 8, -1, -1], [5, -1, -1, -1], [3, 4, -1, -1], [-1, 6, -1, 2], [1, 2, 3, -1]],
+                    [9, 9, 9, 9, 9], [0, 5, 0, 0, 0], [False, False, True, False, False],
+                    [True, True, True, True, False])
+PAUSED_EXPECTED = [0, 0, 0, 0, 3]
+
+
+def test_draft_model_postprocess_paused_slots_get_no_tokens():
+    """Defect found by the composed MTP round test (tests/spec_decode): verify, speculate_update and
+    draft_model_preprocess treat is_block_step alone as "not running", but without this input a slot
+    paused without its stop flag left postprocess with L = 1 and was fed to the next forward
+    (SPEC §16 invariant 10). Omitted, the FastDeploy behaviour stays: slot 0 counts its drafts."""
+    np.testing.assert_array_equal(run_op(PAUSED), PAUSED_EXPECTED)
+    np.testing.assert_array_equal(ref_draft_model_postprocess(PAUSED)["base_model_seq_lens_this_time"],
+                                  PAUSED_EXPECTED)
+    np.testing.assert_array_equal(run_op(PAUSED, column=True), PAUSED_EXPECTED)
+    fastdeploy = dict(PAUSED, base_model_draft_tokens=PAUSED["base_model_draft_tokens"][[0, 1, 2, 4]],
+                      **{k: PAUSED[k][[0, 1, 2, 4]] for k in ("base_model_seq_lens_this_time",
+                                                              "base_model_seq_lens_encoder", "base_model_stop_flags")},
+                      base_model_is_block_step=None)
+    np.testing.assert_array_equal(run_op(fastdeploy), [2, 9, 0, 3])
+    np.testing.assert_array_equal(ref_draft_model_postprocess(fastdeploy)["base_model_seq_lens_this_time"],
+                                  [2, 9, 0, 3])
 
 
 def test_draft_model_postprocess_accepts_fastdeploy_column_shapes():
@@ -84,8 +114,11 @@ def test_draft_model_postprocess_gap_raises_and_writes_nothing(row, match):
         ("base_model_seq_lens_this_time", np.zeros(4, np.int64), "base_model_seq_lens_this_time has dtype int64"),
         ("base_model_seq_lens_encoder", np.zeros(3, np.int32), r"base_model_seq_lens_encoder has 3 slots .*expected bsz = 4"),
         ("base_model_stop_flags", np.zeros(4, np.int32), "base_model_stop_flags has dtype int32, expected bool"),
+        ("base_model_is_block_step", np.zeros(4, np.int32), "base_model_is_block_step has dtype int32, expected bool"),
+        ("base_model_is_block_step", np.zeros(5, bool), r"base_model_is_block_step has 5 slots .*expected bsz = 4"),
     ],
-    ids=["drafts_rank", "drafts_width_zero", "drafts_dtype", "lens_dtype", "encoder_slots", "stop_flags_dtype"],
+    ids=["drafts_rank", "drafts_width_zero", "drafts_dtype", "lens_dtype", "encoder_slots", "stop_flags_dtype",
+         "block_step_dtype", "block_step_slots"],
 )
 def test_draft_model_postprocess_rejects_bad_input(field, value, match):
     state = dict(LITERAL, **{field: value})

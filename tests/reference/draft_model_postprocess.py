@@ -1,5 +1,6 @@
 """numpy reference for draft_model_postprocess, written from SPEC §5 and fastdeploy_semantics §8.5
-([ours]: drafts counted only up to the first -1; a gap raises when strict) as a per-slot loop.
+([ours]: drafts counted only up to the first -1; a gap raises when strict; a paused slot gets
+L = 0, SPEC §1 / §16 invariant 10) as a per-slot loop.
 
 Composable: the state is a dict holding the op's inputs under its argument names (STATE_KEYS);
 returns a new dict (input untouched, other keys passed through).
@@ -14,11 +15,13 @@ STATE_KEYS = (
     "base_model_seq_lens_this_time",  # [bsz] int32, the only one written
     "base_model_seq_lens_encoder",  # [bsz] int32
     "base_model_stop_flags",  # [bsz] bool
+    "base_model_is_block_step",  # [bsz] bool, optional (absent or None: FastDeploy's op)
 )
 
 
 def ref_draft_model_postprocess(state: dict, *, strict: bool = True) -> dict:
-    """Sets the target's L per slot: stopped 0, prefill untouched, decode 1 + contiguous drafts.
+    """Sets the target's L per slot: stopped or paused 0, prefill untouched, decode 1 +
+    contiguous drafts.
 
     strict: raise ValueError, like the CPU op, on a running decode slot whose column 0 is -1 or
     whose drafts have a gap; False counts the contiguous prefix, as the CUDA kernel does.
@@ -29,8 +32,10 @@ def ref_draft_model_postprocess(state: dict, *, strict: bool = True) -> dict:
     drafts = np.asarray(state["base_model_draft_tokens"])
     enc = np.asarray(state["base_model_seq_lens_encoder"]).reshape(-1)
     stop = np.asarray(state["base_model_stop_flags"]).reshape(-1)
+    paused = state.get("base_model_is_block_step")
+    paused = np.zeros_like(stop) if paused is None else np.asarray(paused).reshape(-1)
     for b in range(lens.shape[0]):
-        if stop[b]:
+        if stop[b] or paused[b]:
             lens[b] = 0
             continue
         if enc[b] > 0:  # prefill: the scheduler decides the next chunk
