@@ -65,7 +65,7 @@ def test_every_op_has_cpu_kernel_binding_cuda_kernel_reference_and_tests():
             if "paddle" in text.lower().replace("paddlepaddle", ""):
                 problems.append(f"{name}: kernels/{name}.cu mentions paddle; kernels must be framework-neutral")
         if not hasattr(ops, name):
-            problems.append(f"{name}: no wrapper in specworker/model_executor/ops.py")
+            problems.append(f"{name}: no wrapper in specworker.model_executor.ops")
     # A binding or kernel without a registered op is a leftover.
     for p in list((OPS / "gpu_ops").glob("*.cu")) + list((OPS / "gpu_ops" / "kernels").glob("*.cu")):
         if p.stem not in registered:
@@ -87,3 +87,14 @@ def test_missing_build_is_refused(monkeypatch, tmp_path):
     monkeypatch.setattr(op_build, "LIBRARY", tmp_path / "specworker_ops.so")
     with pytest.raises(ops.OpsNotBuiltError, match=r"not built .*make ops"):
         ops._check_current()
+
+
+def test_only_the_extension_module_touches_the_compiled_library():
+    """The library is loaded and run in exactly one module; everything else goes through wrappers."""
+    root = op_build.REPO_ROOT / "specworker"
+    users = sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if "load_op_meta_info_and_register_op" in p.read_text() or "_run_custom_op" in p.read_text()
+    )
+    assert users == ["model_executor/ops/_extension.py"], users

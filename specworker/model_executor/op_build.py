@@ -1,6 +1,6 @@
 """Where the custom-op sources live and how a build is recognised as current.
 
-Shared by custom_ops/setup_ops.py (which builds) and ops.py (which loads), so
+Shared by custom_ops/setup_ops.py (which builds) and ops/_extension.py (which loads), so
 the source list is derived from the directory layout in exactly one place.
 """
 

@@ -1,0 +1,57 @@
+"""Typed Python wrappers of the specworker custom ops.
+
+Every wrapper accepts CPU or GPU tensors; the C++ op dispatches on place, so no Python code
+branches on the platform. _extension.py is the only importer of the compiled library; the
+wrappers live by op family (index_ops, sampling_ops, state_ops, model_ops) and are re-exported here.
+"""
+
+from specworker.model_executor.ops._extension import OpsNotBuiltError, _check_current, load_ops  # noqa: F401
+from specworker.model_executor.ops.index_ops import (  # noqa: F401
+    get_cu_seqlens,
+    PaddingOffsetOutput,
+    get_padding_offset,
+    speculate_get_seq_lens_output,
+    rebuild_padding,
+)
+from specworker.model_executor.ops.sampling_ops import (  # noqa: F401
+    TopPCandidatesOutput,
+    top_p_candidates,
+    reasoning_phase_token_constraint,
+    VERIFY_STRATEGIES,
+    ACCEPT_POLICIES,
+    speculate_verify,
+    speculate_get_token_penalty_multi_scores,
+)
+from specworker.model_executor.ops.state_ops import (  # noqa: F401
+    speculate_update,
+    speculate_set_value_by_flags_and_idx,
+    draft_model_preprocess,
+    EagleHiddenStatesOutput,
+    eagle_get_hidden_states,
+    draft_model_update,
+    draft_model_postprocess,
+)
+
+__all__ = [
+    "OpsNotBuiltError",
+    "load_ops",
+    "get_cu_seqlens",
+    "PaddingOffsetOutput",
+    "get_padding_offset",
+    "speculate_get_seq_lens_output",
+    "rebuild_padding",
+    "TopPCandidatesOutput",
+    "top_p_candidates",
+    "reasoning_phase_token_constraint",
+    "VERIFY_STRATEGIES",
+    "ACCEPT_POLICIES",
+    "speculate_verify",
+    "speculate_get_token_penalty_multi_scores",
+    "speculate_update",
+    "speculate_set_value_by_flags_and_idx",
+    "draft_model_preprocess",
+    "EagleHiddenStatesOutput",
+    "eagle_get_hidden_states",
+    "draft_model_update",
+    "draft_model_postprocess",
+]
