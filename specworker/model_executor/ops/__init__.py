@@ -31,6 +31,9 @@ from specworker.model_executor.ops.state_ops import (  # noqa: F401
     draft_model_update,
     draft_model_postprocess,
 )
+from specworker.model_executor.ops.model_ops import (  # noqa: F401
+    paged_attention,
+)
 
 __all__ = [
     "OpsNotBuiltError",
@@ -54,4 +57,5 @@ __all__ = [
     "eagle_get_hidden_states",
     "draft_model_update",
     "draft_model_postprocess",
+    "paged_attention",
 ]

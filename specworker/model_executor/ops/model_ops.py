@@ -1,0 +1,90 @@
+"""Wrappers of the model-side ops: attention over the paged KV cache."""
+
+from __future__ import annotations
+
+import math
+
+import paddle
+
+from specworker.model_executor.ops._extension import _host_int, _run
+
+
+def paged_attention(
+    q: paddle.Tensor,
+    k: paddle.Tensor,
+    v: paddle.Tensor,
+    key_cache: paddle.Tensor,
+    value_cache: paddle.Tensor,
+    block_tables: paddle.Tensor,
+    cu_seqlens_q: paddle.Tensor,
+    seq_lens_decoder: paddle.Tensor,
+    seq_lens_this_time: paddle.Tensor,
+    batch_id_per_token: paddle.Tensor,
+    block_size: int | None = None,
+    scale: float | None = None,
+) -> paddle.Tensor:
+    """Appends this step's k/v rows to the paged KV cache (in place), then causal attention.
+
+    FastDeploy's append_attention without RoPE, quantization or launch scratch buffers (hence its
+    own name and argument list). Slot b's token i, packed row t = cu_seqlens_q[b] + i, sits at
+    position p = seq_lens_decoder[b] + i: k[t] and v[t] are written to cache block
+    block_tables[b, p // block_size] at offset p % block_size, and out[t, h] is
+    softmax(scale * K q[t, h]) V over the slot's positions 0..p (its cached tokens plus this
+    step's tokens up to itself), K and V from kv head h // (num_heads // num_kv_heads). Prefill
+    (Dec 0), chunked prefill, decode and speculative verify (k + 1 queries) mix freely.
+    Batch invariant: out[t] is bit-identical whatever the other slots, T or T_cap, and whether its
+    query runs alone (1-token decode) or among its slot's verify queries.
+
+    Args:
+        q: [T_cap, num_heads, head_dim] float32 / float16 / bfloat16; 1 <= head_dim <= 256.
+        k, v: [T_cap, num_kv_heads, head_dim], q's dtype; num_heads % num_kv_heads == 0.
+        key_cache, value_cache: [num_blocks, num_kv_heads, block_size, head_dim], q's dtype;
+            updated in place at every (slot, position) written this step, untouched elsewhere.
+        block_tables: [N >= bsz, max_blocks_per_seq] int32 block ids, -1 = unallocated.
+        cu_seqlens_q: [bsz + 1] int32, exclusive prefix sum of seq_lens_this_time.
+        seq_lens_decoder: [>= bsz] (or [N, 1]) int32, tokens already cached per slot (Dec_b).
+        seq_lens_this_time: [bsz] (or [bsz, 1]) int32, L_b; 0 for stopped / idle slots.
+        batch_id_per_token: [T_cap] int32 slot of each packed row, -1 past T = cu_seqlens_q[bsz].
+        block_size: None takes key_cache.shape[2]; else it must equal it.
+        scale: softmax scale; None is 1 / sqrt(head_dim). Passed as float32.
+    Returns:
+        out: [T_cap, num_heads, head_dim], q's dtype; rows with batch id -1 are zeros.
+    Raises:
+        ValueError: wrong dtype/shape/device/attribute; on CPU also any index that would read or
+            write out of range, raised before the caches are touched: a block_tables entry outside
+            [0, num_blocks) (-1 included) for a block a slot uses (positions 0..Dec_b + L_b - 1),
+            Dec_b + L_b > max_blocks_per_seq * block_size, T > T_cap, negative lengths,
+            cu_seqlens_q not the prefix sum of seq_lens_this_time, a batch id that disagrees
+            with cu_seqlens_q. On GPU those cannot raise without a host sync: a row whose own
+            position has no valid block is not written to the cache, and a row that cannot be
+            computed (bad batch id or lengths, a missing block among positions 0..p) gets zeros;
+            tokens past T_cap have no row and are neither written nor computed.
+
+    Example (block_size 2, head_dim 2, one head, scale 1, all keys 0, so weights are uniform):
+        slot 0 decode with Dec 2 (cached v [2, 4], [4, 8] in block 3) and L 2 (v [6, 12], [8, 16]),
+        slot 1 stopped; block_tables [[3, 0], [-1, -1]], cu_seqlens_q [0, 2, 2],
+        seq_lens_decoder [2, 0], seq_lens_this_time [2, 0], batch_id_per_token [0, 0, -1]
+        -> out [[[4, 8]], [[5, 10]], [[0, 0]]] (query 0 averages positions 0..2, query 1 0..3),
+           key_cache[0] / value_cache[0] hold positions 2 and 3.
+    """
+    head_dim = q.shape[-1]
+    if block_size is None:
+        block_size = key_cache.shape[2] if len(key_cache.shape) == 4 else -1
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim) if head_dim > 0 else 1.0
+    out = _run(
+        "paged_attention",
+        q,
+        k,
+        v,
+        key_cache,
+        value_cache,
+        block_tables,
+        cu_seqlens_q,
+        seq_lens_decoder,
+        seq_lens_this_time,
+        batch_id_per_token,
+        _host_int("paged_attention", "block_size", block_size),
+        float(scale),
+    )
+    return out[0] if isinstance(out, (list, tuple)) else out
