@@ -33,6 +33,7 @@ from specworker.model_executor.ops.state_ops import (  # noqa: F401
 )
 from specworker.model_executor.ops.model_ops import (  # noqa: F401
     paged_attention,
+    batch_invariant_linear,
 )
 
 __all__ = [
@@ -58,4 +59,5 @@ __all__ = [
     "draft_model_update",
     "draft_model_postprocess",
     "paged_attention",
+    "batch_invariant_linear",
 ]

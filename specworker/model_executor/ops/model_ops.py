@@ -1,4 +1,4 @@
-"""Wrappers of the model-side ops: attention over the paged KV cache."""
+"""Wrappers of the model-side ops: attention over the paged KV cache, batch-invariant linear."""
 
 from __future__ import annotations
 
@@ -87,4 +87,36 @@ def paged_attention(
         _host_int("paged_attention", "block_size", block_size),
         float(scale),
     )
+    return out[0] if isinstance(out, (list, tuple)) else out
+
+
+def batch_invariant_linear(
+    x: paddle.Tensor, weight: paddle.Tensor, bias: paddle.Tensor | None = None
+) -> paddle.Tensor:
+    """x @ weight + bias with a fixed per-output summation order: a row's bits never depend on
+    the other rows of the call (how many there are, or where the row sits).
+
+    Same arguments as paddle.nn.functional.linear (weight is [in_features, out_features], the
+    layout of paddle.nn.Linear.weight; a checkpoint's [N, K] matrix is transposed once at load).
+    Every output is
+        acc = +0.0; for k in 0 .. K-1: acc = float32(acc + float32(x[r, k] * weight[k, n]))
+        out[r, n] = float32(acc + bias[n])   (or acc without bias)
+    i.e. a left-to-right float32 sum of rounded products, never fused or reassociated, on CPU
+    and GPU alike (the two agree bit for bit). Speculative decoding needs this to be lossless:
+    a BLAS matmul picks its summation order from M, so a token's logits on a 1-row decode step
+    and on a (k+1)-row verify step differ in the last bits and near-tie argmaxes flip.
+
+    Args:
+        x: [M, K] float32, M >= 0 (M = 0 gives a [0, N] result).
+        weight: [K, N] float32.
+        bias: [N] float32, or None.
+    Returns:
+        out: [M, N] float32 on x's device.
+    Raises:
+        ValueError: a dtype other than float32, x or weight not 2-D, weight.shape[0] != K, bias
+            not [N], inputs on different devices, a size over 2**31 - 1. No input value is used
+            as an index, so the CPU and GPU ops raise on exactly the same inputs.
+    Example: x [[1, 2]], weight [[1, 0, 1], [0, 1, 1]], bias [0, 0, 10] -> [[1, 2, 13]].
+    """
+    out = _run("batch_invariant_linear", x, weight, bias)
     return out[0] if isinstance(out, (list, tuple)) else out

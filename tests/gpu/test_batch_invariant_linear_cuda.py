@@ -1,0 +1,142 @@
+"""batch_invariant_linear's standalone CUDA kernel (CuPy + ctypes, no Paddle): values against the
+float64 reference (rtol = atol = 1e-5), the documented float32 order bit for bit (so the GPU gives
+the CPU op's bits), and batch invariance as exact bit equality: a row alone vs among other rows,
+at tile edges, beyond one tile, beyond 65535 row tiles (the grid-stride loop).
+"""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from tests.gpu.harness import kernels_lib, launcher, ptr, require_gpu, stream
+from tests.reference.batch_invariant_linear import (
+    ref_batch_invariant_linear,
+    ref_batch_invariant_linear_fp32_order,
+)
+
+cp = require_gpu()
+
+RTOL = ATOL = 1e-5
+CUDA_ERROR_INVALID_VALUE = 1
+POISON = np.float32(-12345.5)
+ARGTYPES = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 3 + [ctypes.c_void_p]
+launch = launcher("specworker_batch_invariant_linear_launch", ARGTYPES)
+
+# (K, N): K = 1, 7 shorter than one k chunk (32), 129 = 4 chunks + 1, 384 = 12 full chunks;
+# N = 1 and 259 (= 4 x 64 + 3) leave partial column tiles, 1000 spans 16 tiles.
+SHAPES_KN = [(1, 1), (7, 259), (129, 1), (129, 7), (128, 259), (128, 384), (384, 128), (1000, 1000)]
+BATCH_SIZES = [0, 1, 3, 4, 17, 31, 32, 33, 64, 257, 1000, 5000]  # 32 = one row tile
+
+
+def _inputs(rng, M, K, N, with_bias):
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    w = (rng.standard_normal((K, N)) / np.sqrt(max(K, 1))).astype(np.float32)
+    b = rng.standard_normal(N).astype(np.float32) if with_bias else None
+    return x, w, b
+
+
+def run(x, w, b=None) -> np.ndarray:
+    M, K = x.shape
+    N = w.shape[1]
+    d_x, d_w = cp.asarray(x), cp.asarray(w)
+    d_b = None if b is None else cp.asarray(b)
+    d_out = cp.full((M, N), POISON, dtype=cp.float32)
+    launch(ptr(d_x), ptr(d_w), ptr(d_b), ptr(d_out), M, K, N, stream())
+    return cp.asnumpy(d_out)
+
+
+def _bits(a):
+    return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+
+
+def assert_same_bits(got, want, what):
+    same = _bits(got) == _bits(want)
+    if not same.all():
+        r, n = np.argwhere(~same)[0]
+        raise AssertionError(f"{what}: {int((~same).sum())} of {same.size} outputs differ in their bits, "
+                             f"first at [{r}, {n}]: {got[r, n]!r} vs {want[r, n]!r}")
+
+
+@pytest.mark.parametrize("with_bias", [False, True], ids=["no_bias", "bias"])
+@pytest.mark.parametrize("K,N", SHAPES_KN)
+@pytest.mark.parametrize("M", BATCH_SIZES)
+def test_batch_invariant_linear_cuda_matches_reference(M, K, N, with_bias):
+    x, w, b = _inputs(np.random.default_rng([M, K, N, with_bias]), M, K, N, with_bias)
+    got = run(x, w, b)
+    np.testing.assert_allclose(got, ref_batch_invariant_linear(x, w, b), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("with_bias", [False, True], ids=["no_bias", "bias"])
+@pytest.mark.parametrize("K,N", SHAPES_KN)
+@pytest.mark.parametrize("M", [1, 3, 33, 257, 1000])
+def test_batch_invariant_linear_cuda_follows_documented_fp32_order(M, K, N, with_bias):
+    """Bit-exact against the contract, which is also what the CPU op computes: a fused multiply-add
+    (nvcc contracts a * b + c by default) or any split of the k loop breaks this."""
+    x, w, b = _inputs(np.random.default_rng([9, M, K, N]), M, K, N, with_bias)
+    assert_same_bits(run(x, w, b), ref_batch_invariant_linear_fp32_order(x, w, b), "kernel vs documented order")
+
+
+@pytest.mark.parametrize("with_bias", [False, True], ids=["no_bias", "bias"])
+@pytest.mark.parametrize("K,N", [(128, 384), (128, 259), (384, 128), (7, 259), (129, 7), (1000, 1000)])
+def test_batch_invariant_linear_cuda_row_bits_independent_of_batch(K, N, with_bias):
+    rng = np.random.default_rng([K, N, with_bias])
+    queries, w, b = _inputs(rng, 2, K, N, with_bias)
+    alone = np.concatenate([run(queries[i:i + 1], w, b) for i in range(2)])
+    for others in (3, 4, 17, 64, 257, 5000):
+        filler = rng.standard_normal((others, K)).astype(np.float32)
+        # 30 / 31: the queries straddle the first row-tile edge (rows 31 and 32)
+        positions = {0, others, min(30, others), min(31, others), int(rng.integers(0, others + 1))}
+        for pos in sorted(positions):
+            out = run(np.concatenate([filler[:pos], queries, filler[pos:]]), w, b)
+            assert_same_bits(out[pos:pos + 2], alone, f"queries at rows {pos}, {pos + 1} of {others + 2}")
+
+
+def test_batch_invariant_linear_cuda_beyond_65535_row_tiles():
+    """grid.y is capped at 65535 row tiles of 32 rows; more rows go through the grid-stride loop."""
+    M, K, N = 65535 * 32 + 45, 3, 5
+    rng = np.random.default_rng(1)
+    x, w, b = _inputs(rng, M, K, N, True)
+    out = run(x, w, b)
+    assert_same_bits(out, ref_batch_invariant_linear_fp32_order(x, w, b), "2.1M rows vs documented order")
+    for r in (0, 65535 * 32 - 1, 65535 * 32, M - 1):
+        assert_same_bits(out[r:r + 1], run(x[r:r + 1], w, b), f"row {r} alone vs among {M}")
+
+
+def test_batch_invariant_linear_cuda_nan_rows_do_not_leak():
+    rng = np.random.default_rng(3)
+    q, w, b = _inputs(rng, 1, 128, 259, True)
+    alone = run(q, w, b)
+    filler = rng.standard_normal((40, 128)).astype(np.float32)
+    filler[1, 5], filler[3, 0], filler[33, 127] = np.nan, np.inf, -np.inf
+    for pos in (0, 2, 31, 32, 40):
+        out = run(np.concatenate([filler[:pos], q, filler[pos:]]), w, b)
+        assert_same_bits(out[pos:pos + 1], alone, f"query at row {pos} beside NaN / Inf rows")
+
+
+def test_batch_invariant_linear_cuda_k_zero_gives_bias_or_zeros():
+    b = np.array([1, -2, 3, 0.5], dtype=np.float32)
+    x, w = np.zeros((3, 0), np.float32), np.zeros((0, 4), np.float32)
+    d_out = cp.full((3, 4), POISON, dtype=cp.float32)
+    launch(None, None, ptr(cp.asarray(b)), ptr(d_out), 3, 0, 4, stream())
+    np.testing.assert_array_equal(cp.asnumpy(d_out), np.tile(b, (3, 1)))
+    np.testing.assert_array_equal(run(x, w), np.zeros((3, 4)))
+
+
+def test_batch_invariant_linear_cuda_empty_launches_nothing():
+    d_out = cp.full((2, 3), POISON, dtype=cp.float32)
+    d_x, d_w = cp.ones((2, 4), cp.float32), cp.ones((4, 3), cp.float32)
+    launch(ptr(d_x), ptr(d_w), None, ptr(d_out), 0, 4, 3, stream())  # M = 0
+    launch(ptr(d_x), ptr(d_w), None, ptr(d_out), 2, 4, 0, stream())  # N = 0
+    assert (cp.asnumpy(d_out) == POISON).all(), "nothing may be written when M == 0 or N == 0"
+
+
+@pytest.mark.parametrize("M,K,N,null", [(-1, 4, 3, None), (2, -1, 3, None), (2, 4, -1, None),
+                                        (2, 4, 3, "x"), (2, 4, 3, "weight"), (2, 4, 3, "out")])
+def test_batch_invariant_linear_cuda_rejects_bad_sizes(M, K, N, null):
+    raw = kernels_lib().specworker_batch_invariant_linear_launch
+    raw.argtypes, raw.restype = ARGTYPES, ctypes.c_int
+    d = {name: cp.ones(12, cp.float32) for name in ("x", "weight", "out")}
+    args = [None if null == name else ptr(d[name]) for name in ("x", "weight")] + [None]
+    args.append(None if null == "out" else ptr(d["out"]))
+    assert raw(*args, M, K, N, stream()) == CUDA_ERROR_INVALID_VALUE
