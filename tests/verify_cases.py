@@ -391,3 +391,20 @@ def distribution_case(seed: int, num_slots: int, k: int, strategy: str, vocab: i
         accept_policy="normal",
     )
     return case, p
+
+
+# Non-default options each compared with the reference, on CPU and on the GPU.
+OPTION_CASES = [
+        ("topp", dict(enable_topp=False)),
+        ("topp", dict(verify_window=0)),
+        ("topp", dict(verify_window=3, num_candidates=2)),
+        ("topp", dict(with_seed=False)),
+        ("rejection", dict(with_draft_probs=False)),
+        ("rejection", dict(with_seed=False)),
+        ("rejection", dict(num_draft=1)),
+        ("rejection", dict(num_draft=5, vocab=17)),
+        ("greedy", dict(num_draft=0)),
+        ("greedy", dict(accept_policy="accept_all")),
+        ("rejection", dict(accept_policy="accept_all")),
+        ("target_match", dict(accept_policy="reject_all")),
+]

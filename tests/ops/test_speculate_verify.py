@@ -9,7 +9,7 @@ from specworker.model_executor.ops import speculate_verify
 from tests.cases import all_cases
 from tests.reference.speculate_verify import ref_speculate_verify
 from tests.chi_square import chi2_pvalue
-from tests.verify_cases import (LITERAL_CASES, LITERAL_VARIANTS, OUT_FIELDS, distribution_case, literal_case,
+from tests.verify_cases import (LITERAL_CASES, LITERAL_VARIANTS, OPTION_CASES, OUT_FIELDS, distribution_case, literal_case,
                                 make_verify_case, strategy_literal_cases)
 
 STRATEGIES = ("greedy", "target_match", "topp", "rejection")
@@ -50,23 +50,7 @@ def test_speculate_verify_matches_reference(bsz, kind, seed, strategy):
     _assert_outputs(_run(case), ref_speculate_verify(**case), f"{strategy} bsz={bsz} {kind}")
 
 
-@pytest.mark.parametrize(
-    "strategy, options",
-    [
-        ("topp", dict(enable_topp=False)),
-        ("topp", dict(verify_window=0)),
-        ("topp", dict(verify_window=3, num_candidates=2)),
-        ("topp", dict(with_seed=False)),
-        ("rejection", dict(with_draft_probs=False)),
-        ("rejection", dict(with_seed=False)),
-        ("rejection", dict(num_draft=1)),
-        ("rejection", dict(num_draft=5, vocab=17)),
-        ("greedy", dict(num_draft=0)),
-        ("greedy", dict(accept_policy="accept_all")),
-        ("rejection", dict(accept_policy="accept_all")),
-        ("target_match", dict(accept_policy="reject_all")),
-    ],
-)
+@pytest.mark.parametrize("strategy, options", OPTION_CASES)
 def test_speculate_verify_matches_reference_options(strategy, options):
     for bsz, seed in ((3, 5), (17, 6), (256, 7)):
         case = make_verify_case(seed, bsz, "mixed", strategy, **options)
