@@ -188,6 +188,7 @@ TARGET_BUFFERS: tuple[BufferSpec, ...] = (
     _slot("temperature", (N,), "float32", 1.0, "sampling temperature (0: greedy)"),
     _slot("top_p", (N,), "float32", 1.0, "nucleus mass"),
     _slot("top_k", (N,), "int64", 0, "top-k cut (0: off)"),
+    _slot("min_p", (N,), "float32", 0.0, "min-p cut relative to the top probability (0: off)"),
     _slot("penalty_score", (N,), "float32", 1.0, "repetition penalty alpha (1: off)"),
     _slot("frequency_score", (N,), "float32", 0.0, "frequency penalty beta"),
     _slot("presence_score", (N,), "float32", 0.0, "presence penalty gamma"),

@@ -161,6 +161,7 @@ class InputBatch:
             "prompt_lens": num_prompt, "seq_lens_this_time": num_prompt, "seq_lens_encoder": num_prompt,
             "stop_flags": False, "min_dec_len": request.min_tokens, "max_dec_len": request.max_tokens,
             "temperature": float(request.temperature), "top_p": float(request.top_p), "top_k": request.top_k,
+            "min_p": float(request.min_p),
             "penalty_score": float(request.repetition_penalty),
             "frequency_score": float(request.frequency_penalty),
             "presence_score": float(request.presence_penalty), "infer_seed": seed,

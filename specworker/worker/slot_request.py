@@ -42,6 +42,7 @@ class SlotRequest:
     temperature: float = 1.0  # 0: greedy
     top_p: float = 1.0
     top_k: int = 0  # 0: off
+    min_p: float = 0.0  # 0: off
     repetition_penalty: float = 1.0  # penalty_score
     frequency_penalty: float = 0.0  # frequency_score
     presence_penalty: float = 0.0  # presence_score
@@ -76,6 +77,7 @@ class SlotRequest:
         ranges = {
             "temperature": (lambda v: v >= 0, ">= 0 (0: greedy)"),
             "top_p": (lambda v: 0 < v <= 1, "0 < top_p <= 1"),
+            "min_p": (lambda v: 0 <= v <= 1, "0 <= min_p <= 1 (0: off)"),
             "repetition_penalty": (lambda v: v > 0, "> 0 (1: off)"),
             "frequency_penalty": (lambda v: True, "a finite float"),
             "presence_penalty": (lambda v: True, "a finite float"),

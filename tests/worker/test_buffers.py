@@ -34,6 +34,7 @@ SPEC_CORE = {
     "frequency_score": (("max_num_seqs",), "float32"),
     "presence_score": (("max_num_seqs",), "float32"),
     "top_k": (("max_num_seqs",), "int64"),
+    "min_p": (("max_num_seqs",), "float32"),
     "infer_seed": (("max_num_seqs",), "int64"),
     "bad_tokens": (("max_num_seqs", "max_bad_words"), "int64"),
     "bad_tokens_len": (("max_num_seqs",), "int64"),

@@ -325,7 +325,7 @@ def test_input_batch_insert_writes_request_fields():
     """Every field insert writes, device and mirror; everything else keeps its fill."""
     batch = _batch()
     req = request("a", num_prompt=4, max_tokens=6, min_tokens=2, temperature=0.5, top_p=0.9, top_k=7,
-                  repetition_penalty=1.2, frequency_penalty=0.1, presence_penalty=0.3, seed=99,
+                  min_p=0.05, repetition_penalty=1.2, frequency_penalty=0.1, presence_penalty=0.3, seed=99,
                   bad_words_token_ids=[5, 6], enable_thinking=True, block_ids=[3, 9])
     batch.insert(2, req)
     row = {key: t.numpy()[2] for key, t in batch.share_inputs.items() if list(t.shape)[:1] == [batch.num_slots]}
@@ -341,7 +341,8 @@ def test_input_batch_insert_writes_request_fields():
         if key + "_cpu" in row:
             assert row[key + "_cpu"] == want, key + "_cpu"
     np.testing.assert_allclose([row[k] for k in ("temperature", "top_p", "penalty_score", "frequency_score",
-                                                 "presence_score")], [0.5, 0.9, 1.2, 0.1, 0.3], rtol=1e-6)
+                                                 "presence_score", "min_p")], [0.5, 0.9, 1.2, 0.1, 0.3, 0.05],
+                               rtol=1e-6)
     np.testing.assert_array_equal(row["draft_tokens"], [-1, -1, -1])
     assert batch.req_ids[2] == "a" and batch.slot_of("a") == 2
     assert batch.share_inputs["stop_flags"].numpy().tolist() == [True, True, False, True, True]
