@@ -20,6 +20,28 @@ class HostReadError(AssertionError):
     pass
 
 
+_ACTIVE: list = []  # (originals, refusers) of each enclosing forbid_host_reads
+
+
+@contextlib.contextmanager
+def allow_host_reads():
+    """Lifts the innermost forbid_host_reads for the sanctioned copy (the step's one device-to-host copy)."""
+    if not _ACTIVE:
+        yield
+        return
+    originals, refusers = _ACTIVE[-1]
+    for name, fn in originals.items():
+        if fn is None:
+            delattr(paddle.Tensor, name)
+        else:
+            setattr(paddle.Tensor, name, fn)
+    try:
+        yield
+    finally:
+        for name, fn in refusers.items():
+            setattr(paddle.Tensor, name, fn)
+
+
 @contextlib.contextmanager
 def forbid_host_reads(allow=()):
     """`allow`: tensors that may still be read (host mirrors, whose reads are no device sync)."""
@@ -36,11 +58,14 @@ def forbid_host_reads(allow=()):
 
         return refuse
 
-    for name in GUARDED:
-        setattr(cls, name, make(name))
+    refusers = {name: make(name) for name in GUARDED}
+    for name, fn in refusers.items():
+        setattr(cls, name, fn)
+    _ACTIVE.append((originals, refusers))
     try:
         yield
     finally:
+        _ACTIVE.pop()
         for name, fn in saved.items():
             if fn is None:
                 delattr(cls, name)

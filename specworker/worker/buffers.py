@@ -34,6 +34,8 @@ DIM_NAMES = (
     "max_stop_tokens",  # E = MAX_STOP_TOKENS
     "max_num_batched_tokens",  # capacity of the packed input side (token_num_cpu)
     "max_output_token_num",  # N * D, capacity of the output side
+    "hidden_size",  # H of the model (the proposer's per-slot hidden rows)
+    "vocab_size",  # V of the model (the proposer's draft distributions)
 )
 
 
@@ -121,8 +123,11 @@ class BufferSpec:
         return dims[self.fill] if isinstance(self.fill, str) else self.fill
 
 
-def buffer_dims(config: WorkerConfig) -> dict[str, int]:
-    """Every name of DIM_NAMES resolved from the config (capacities only, nothing runtime-derived)."""
+def buffer_dims(config: WorkerConfig, *, hidden_size: int | None = None, vocab_size: int | None = None
+                ) -> dict[str, int]:
+    """Every name of DIM_NAMES resolved from the config (capacities only, nothing runtime-derived).
+    hidden_size / vocab_size default to config.model's (0 when a checkpoint's config.json holds them and
+    the caller passes none: only tables that use them need them)."""
     sched, spec = config.scheduler, config.speculative_config
     n = sched.max_num_seqs
     dims = {
@@ -131,11 +136,15 @@ def buffer_dims(config: WorkerConfig) -> dict[str, int]:
         "max_model_len": sched.max_model_len,
         "num_speculative_tokens": spec.num_speculative_tokens,
         "max_draft_token_num": spec.max_draft_token_num,
-        "max_blocks_per_seq": sched.max_blocks_per_seq,
+        # Block table width covers max_model_len plus the verify / draft lookahead of one step: a
+        # running slot writes K/V up to k positions past its last token (rejected drafts included).
+        "max_blocks_per_seq": -(-(sched.max_model_len + spec.max_draft_token_num) // sched.block_size),
         "max_bad_words": MAX_BAD_WORDS,
         "max_stop_tokens": MAX_STOP_TOKENS,
         "max_num_batched_tokens": sched.max_num_batched_tokens,
         "max_output_token_num": config.max_output_token_num,
+        "hidden_size": hidden_size if hidden_size is not None else config.model.hidden_size or 0,
+        "vocab_size": vocab_size if vocab_size is not None else config.model.vocab_size or 0,
     }
     assert tuple(dims) == DIM_NAMES, f"buffer_dims resolves {tuple(dims)}, DIM_NAMES is {DIM_NAMES}"
     return dims

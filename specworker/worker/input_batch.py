@@ -31,7 +31,7 @@ class InputBatch:
     """
 
     def __init__(self, config: WorkerConfig, place, *, vocab_size: int | None = None,
-                 table: Sequence[BufferSpec] = TARGET_BUFFERS):
+                 table: Sequence[BufferSpec] = TARGET_BUFFERS, hidden_size: int | None = None):
         """Allocates every buffer of `table` on `place` (mirrors on the host).
 
         Args:
@@ -39,7 +39,8 @@ class InputBatch:
             place: paddle place of the device buffers (paddle.CPUPlace() or paddle.CUDAPlace(i)).
             vocab_size: V for token-id checks; default config.model.vocab_size (None for a checkpoint,
                 whose config.json defines it, so the caller must pass it).
-            table: the buffer declarations (TARGET_BUFFERS; tests extend it).
+            table: the buffer declarations (TARGET_BUFFERS; the MTP proposer's DRAFT_BUFFERS; tests extend it).
+            hidden_size: H for tables with hidden_size dims (default config.model.hidden_size).
         """
         self.config = config
         self.place = place
@@ -49,7 +50,7 @@ class InputBatch:
                              "model.path is a checkpoint, whose config.json defines it)")
         self.table = tuple(table)
         check_table(self.table)
-        self.dims = buffer_dims(config)
+        self.dims = buffer_dims(config, hidden_size=hidden_size, vocab_size=self.vocab_size)
         self.num_slots = self.dims["max_num_seqs"]
         self.share_inputs: dict[str, paddle.Tensor] = {}
         for spec in self.table:
@@ -122,6 +123,25 @@ class InputBatch:
             t[i] = t[j]
             t[j] = saved
 
+    # Row moves for a batch that follows another one's layout (the proposer's rows follow the target's):
+    # no request bookkeeping, but the same table loop and a layout bump.
+    def swap_rows(self, i: int, j: int) -> None:
+        self._check_slot(i, "swap_rows")
+        self._check_slot(j, "swap_rows")
+        self._swap_rows(i, j)
+        self._bump()
+
+    def move_row(self, src: int, dst: int) -> None:
+        self._check_slot(src, "move_row")
+        self._check_slot(dst, "move_row")
+        self._move_row(src, dst)
+        self._bump()
+
+    def reset_row(self, slot: int) -> None:
+        self._check_slot(slot, "reset_row")
+        self._reset_row(slot)
+        self._bump()
+
     def _check_slot(self, slot, what: str) -> None:
         if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < self.num_slots:
             raise ValueError(f"{what}: slot = {slot!r}; allowed: 0..max_num_seqs - 1 = {self.num_slots - 1}")
@@ -178,6 +198,32 @@ class InputBatch:
         self.req_ids[slot] = request.req_id
         self.req_id_to_slot[request.req_id] = slot
         self._bump()
+
+    def write_row(self, slot: int, values: dict) -> None:
+        """Host values -> slot's row of PER_SLOT buffers (device and mirror); uploads only, no read.
+
+        Args:
+            slot: 0..max_num_seqs - 1.
+            values: buffer name -> a scalar, or a 1-D sequence written to the front of the row.
+        Raises:
+            ValueError for an unknown or non-PER_SLOT buffer name, or a row prefix longer than the row.
+        """
+        self._check_slot(slot, "write_row")
+        for name, value in values.items():
+            spec = self._specs.get(name)
+            if spec is None or spec.kind is not BufferKind.PER_SLOT:
+                raise ValueError(f"write_row(slot={slot}): {name!r} is not a PER_SLOT buffer; allowed: "
+                                 + ", ".join(s.name for s in self._slot_specs))
+            if np.ndim(value) == 0:
+                self._write(name, slot, value)
+                continue
+            row = np.asarray(value, dtype=spec.dtype)
+            width = spec.shape(self.dims)[1] if len(spec.dims) > 1 else 0
+            if row.ndim != 1 or len(row) > width:
+                raise ValueError(f"write_row(slot={slot}): {name} gets {row.shape} values; allowed: a 1-D "
+                                 f"prefix of at most {width}")
+            if len(row):
+                self._write(name, (slot, slice(0, len(row))), row)
 
     def _check_request(self, slot: int, request: SlotRequest) -> None:
         """Capacity and id-range checks of insert (host values only)."""

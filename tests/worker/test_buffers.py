@@ -89,10 +89,11 @@ def test_buffers_names_match_op_arguments():
 
 
 def test_buffers_dims_resolve_every_name():
-    dims = buffer_dims(make_config("mtp_n5_k2"))  # N 5, S 12, k 2, block_size 4, 128 batched tokens
+    dims = buffer_dims(make_config("mtp_n5_k2"))  # N 5, S 12, k 2, block_size 4, 128 batched tokens; blocks cover S + D = 15 positions
     assert dims == {"max_num_seqs": 5, "max_num_seqs_plus_1": 6, "max_model_len": 12, "num_speculative_tokens": 2,
-                    "max_draft_token_num": 3, "max_blocks_per_seq": 3, "max_bad_words": 64, "max_stop_tokens": 8,
-                    "max_num_batched_tokens": 128, "max_output_token_num": 15}
+                    "max_draft_token_num": 3, "max_blocks_per_seq": 4, "max_bad_words": 64, "max_stop_tokens": 8,
+                    "max_num_batched_tokens": 128, "max_output_token_num": 15,
+                    "hidden_size": 128, "vocab_size": 259}
     assert tuple(dims) == DIM_NAMES
 
 

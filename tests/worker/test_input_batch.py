@@ -331,7 +331,7 @@ def test_input_batch_insert_writes_request_fields():
     row = {key: t.numpy()[2] for key, t in batch.share_inputs.items() if list(t.shape)[:1] == [batch.num_slots]}
     np.testing.assert_array_equal(row["input_ids"][:6], [10, 11, 12, 13, -1, -1])
     np.testing.assert_array_equal(row["bad_tokens"][:3], [5, 6, -1])
-    np.testing.assert_array_equal(row["block_tables"], [3, 9, -1])
+    np.testing.assert_array_equal(row["block_tables"], [3, 9, -1, -1])
     written = {"prompt_lens": 4, "seq_lens_this_time": 4, "seq_lens_encoder": 4, "seq_lens_decoder": 0,
                "step_idx": 0, "stop_flags": False, "is_block_step": False, "min_dec_len": 2, "max_dec_len": 6,
                "top_k": 7, "infer_seed": 99, "bad_tokens_len": 2, "enable_thinking": True, "accept_num": 0,
@@ -369,7 +369,7 @@ INSERT_ERRORS = {
                            "bad_words_token_ids has 65 entries; allowed: at most 64"),
     "block_id_past_num_blocks": (2, dict(block_ids=[64]),
                                  "block_ids\\[0\\] = 64; allowed: 0..scheduler.num_blocks - 1"),
-    "too_many_blocks": (2, dict(block_ids=[0, 1, 2, 3]), "block_ids has 4 entries; allowed: at most 3"),
+    "too_many_blocks": (2, dict(block_ids=[0, 1, 2, 3, 4]), "block_ids has 5 entries; allowed: at most 4"),
     "slot_out_of_range": (5, {}, "insert: slot = 5; allowed: 0..max_num_seqs - 1 = 4"),
     "slot_occupied": (0, {}, "slot 0 holds request 'r0'"),
     "duplicate_req_id": (2, dict(req_id="r0"), "req_id 'r0' is already in slot 0"),

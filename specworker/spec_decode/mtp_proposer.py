@@ -1,0 +1,109 @@
+"""MTPProposer: drafts k tokens per running slot with the MTP module (SPEC §5; FastDeploy's flow in
+fastdeploy_semantics §11.4): draft_model_preprocess -> eagle_get_hidden_states -> num_model_steps x
+(pre_process -> MTP forward -> logit rows -> greedy draft -> draft_model_update) -> draft_model_postprocess.
+Its batch (DRAFT_BUFFERS) follows the target's row moves; its KV cache shares the target's block tables.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import paddle
+
+from specworker.config import WorkerConfig
+from specworker.model_executor import ops
+from specworker.model_executor.pre_and_post_process import gather_logit_rows, pre_process
+from specworker.spec_decode.base import Proposer
+from specworker.spec_decode.mtp_buffers import DRAFT_BUFFERS
+from specworker.worker.input_batch import InputBatch
+
+__all__ = ["MTPProposer"]
+
+logger = logging.getLogger(__name__)
+
+
+class MTPProposer(Proposer):
+    """Greedy MTP drafts. Substep s writes the target's draft_tokens[b, s + 1]; with num_model_steps < k
+    the remaining columns stay -1 and the target verifies 1 + num_model_steps tokens.
+
+    Vocabulary: the draft prompt is the target prompt shifted left by one (draft position i holds
+    token i + 1, paired with the target's hidden row of position i); after a prefill the draft's last
+    prompt slot is the target's first emitted token (draft_model_preprocess writes it).
+    """
+
+    def __init__(self, config: WorkerConfig, *, target, place, draft=None):
+        from specworker.model_executor.models.checkpoint import load_mtp
+        from specworker.worker.model_loading import make_kv_cache
+
+        spec = config.speculative_config
+        self.num_model_steps = spec.num_model_steps
+        self.k = spec.num_speculative_tokens
+        self.max_model_len = config.scheduler.max_model_len
+        self.draft = draft if draft is not None else load_mtp(spec.model, target, place)
+        arch = target.arch
+        self.batch = InputBatch(config, place, vocab_size=arch.vocab_size, table=DRAFT_BUFFERS,
+                                hidden_size=arch.hidden_size)
+        self.buffers = self.batch.share_inputs
+        self.kv_cache = make_kv_cache(config, arch, 1, place)
+        self.draft_probs = None  # greedy drafts: verification treats each draft as a one-hot distribution
+
+    # ---- row moves and host writes (between steps) ----
+    def insert(self, slot: int, prompt_token_ids: list[int]) -> None:
+        self.batch.reset_row(slot)
+
+    def write_prefill(self, slot: int, prompt_token_ids: list[int], start: int, length: int) -> None:
+        """Draft chunk = target chunk shifted left by one. A middle chunk takes the next chunk's first
+        token as its last; the final chunk is one shorter and draft_model_preprocess appends the target's
+        first emitted token."""
+        shifted = prompt_token_ids[start + 1:start + length + 1]
+        row = {"input_ids": shifted, "seq_lens_this_time": length, "seq_lens_encoder": length,
+               "seq_lens_decoder": start, "step_idx": 0, "stop_flags": False}
+        if start > 0:
+            row["pre_ids"] = np.full([self.max_model_len], -1, dtype=np.int64)
+        self.batch.write_row(slot, row)
+
+    def clear_slot(self, slot: int) -> None:
+        self.batch.reset_row(slot)
+
+    def swap_states(self, i: int, j: int) -> None:
+        self.batch.swap_rows(i, j)
+
+    def move_slot(self, src: int, dst: int) -> None:
+        self.batch.move_row(src, dst)
+
+    # ---- the proposer's part of the step ----
+    def run(self, *, target_hidden, meta, share_inputs) -> None:
+        d, t = self.buffers, share_inputs
+        ops.draft_model_preprocess(
+            d["draft_tokens"], d["input_ids"], d["stop_flags"], d["seq_lens_this_time"], d["seq_lens_encoder"],
+            d["seq_lens_decoder"], d["step_idx"], d["not_need_stop"], d["pre_ids"], t["accept_tokens"],
+            t["accept_num"], t["seq_lens_encoder"], t["seq_lens_decoder"], t["step_idx"], t["stop_flags"],
+            t["max_dec_len"], t["draft_tokens"], self.num_model_steps,
+            target_model_is_block_step=t["is_block_step"])
+        # Substep 0 pairs draft token p + 1 with the target's hidden row of position p: [T, H] packed like
+        # the draft's own tokens (eagle_get_hidden_states keeps accept_num rows per decode slot).
+        prev_hidden = ops.eagle_get_hidden_states(
+            target_hidden, d["seq_lens_this_time"], d["seq_lens_encoder"], d["seq_lens_decoder"], d["stop_flags"],
+            t["accept_num"], t["seq_lens_this_time"], t["seq_lens_encoder"], self.k).out
+        for substep in range(self.num_model_steps):
+            token_num = meta.token_num if substep == 0 else d["last_hidden"].shape[0]
+            dmeta = pre_process(
+                input_ids=d["input_ids"], seq_lens_this_time=d["seq_lens_this_time"],
+                seq_lens_encoder=d["seq_lens_encoder"], seq_lens_decoder=d["seq_lens_decoder"],
+                token_num_cpu=token_num, draft_tokens=d["draft_tokens"], layout_version=self.batch.layout_version)
+            if substep > 0:  # later substeps continue from the draft's own last hidden row of each slot
+                prev_hidden = paddle.gather(d["last_hidden"], paddle.clip(dmeta.batch_id_per_token, min=0))
+            hidden = self.draft.forward(dmeta.ids_remove_padding, prev_hidden[:token_num], dmeta, self.kv_cache,
+                                        t["block_tables"])
+            rows = gather_logit_rows(hidden, dmeta)  # [N * D, H]
+            tokens = paddle.argmax(self.draft.compute_logits(rows), axis=-1)  # [N * D] int64
+            last_row = paddle.clip(dmeta.cu_seqlens_q_output[1:] - 1, min=0)  # [N]
+            paddle.assign(paddle.gather(rows, last_row), output=d["last_hidden"])
+            ops.draft_model_update(
+                tokens, d["draft_tokens"], d["pre_ids"], d["seq_lens_this_time"], d["seq_lens_encoder"],
+                d["seq_lens_decoder"], d["step_idx"], dmeta.cu_seqlens_q_output, d["stop_flags"],
+                d["not_need_stop"], t["max_dec_len"], t["eos_token_id"], t["draft_tokens"], self.max_model_len,
+                substep)
+        ops.draft_model_postprocess(t["draft_tokens"], t["seq_lens_this_time"], t["seq_lens_encoder"],
+                                    t["stop_flags"], t["is_block_step"])

@@ -1,0 +1,92 @@
+"""SpeculativeSampler: logits of one step -> emitted tokens, through the Sampler (penalties, reasoning
+constraint left to callers, temperature / top-k / top-p / min-p, seeded draws) and speculate_verify with
+the configured verify_strategy and accept_policy. Non-speculative steps are the k = 0 case: the one row
+of a slot is its bonus token. Writes accept_tokens / accept_num / step_idx / stop_flags in place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import paddle
+
+from specworker.config import SpeculativeConfig
+from specworker.model_executor import ops
+from specworker.model_executor.forward_meta import ForwardMeta
+from specworker.model_executor.layers.sampler import Sampler, SamplerOutput, SamplingMetadata
+
+__all__ = ["SpeculativeSampler", "VerifyInputs"]
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class VerifyInputs:
+    """The per-slot buffers verification reads and writes (share_inputs entries, never copies)."""
+
+    accept_tokens: paddle.Tensor  # [N, D] int64, written
+    accept_num: paddle.Tensor  # [N] int32, written
+    step_idx: paddle.Tensor  # [N] int64, written
+    stop_flags: paddle.Tensor  # [N] bool, written
+    seq_lens_encoder: paddle.Tensor  # [N] int32
+    seq_lens_decoder: paddle.Tensor  # [N] int32
+    draft_tokens: paddle.Tensor  # [N, D] int64
+    seq_lens_this_time: paddle.Tensor  # [N] int32
+    max_dec_len: paddle.Tensor  # [N] int64
+    eos_token_id: paddle.Tensor  # [E] int64
+    is_block_step: paddle.Tensor  # [N] bool
+    actual_draft_token_nums: paddle.Tensor  # [N] int32
+    top_p: paddle.Tensor  # [N] float32
+    infer_seed: paddle.Tensor  # [N] int64
+    reasoning_status: paddle.Tensor  # [N] int32
+
+    @classmethod
+    def from_share_inputs(cls, share_inputs: Mapping[str, paddle.Tensor]) -> VerifyInputs:
+        return cls(**{f.name: share_inputs[f.name] for f in dataclasses.fields(cls)})
+
+
+class SpeculativeSampler:
+    """Samples every logit row, then verifies the drafts.
+
+    Strategies (SPEC §4.5): greedy / target_match accept a draft when it equals the token the Sampler
+    drew for its row (greedy rows: the argmax; sampled rows: a draw keyed by (seed, generated index), so
+    the emitted tokens are exactly those of non-speculative decoding with the same seeds: lossless);
+    rejection uses the Sampler's probabilities and the proposer's draft probabilities; topp checks the
+    draft against the top-C candidates (FastDeploy's default; lossy by design).
+    """
+
+    def __init__(self, spec: SpeculativeConfig, max_model_len: int, output_capacity: int):
+        self.strategy = spec.verify_strategy if spec.enabled else "greedy"
+        self.policy = spec.accept_policy
+        self.benchmark_mode = spec.benchmark_mode
+        self.candidates_len = spec.max_candidate_len
+        self.verify_window = spec.verify_window
+        self.max_model_len = max_model_len
+        self.sampler = Sampler()
+        # Fixed-shape inputs the greedy / target_match / rejection strategies do not read.
+        self._ones_scores = paddle.ones([output_capacity, 1], dtype="float32")
+        self._ones_lens = paddle.ones([output_capacity], dtype="int32")
+
+    def __call__(self, logits: paddle.Tensor, meta: ForwardMeta, sampling: SamplingMetadata,
+                 verify: VerifyInputs, draft_probs: paddle.Tensor | None = None) -> SamplerOutput:
+        """Args: logits [output_capacity, V] float32 (rows past T_out ignored); draft_probs
+        [N, D - 1, V] float32 for "rejection" (None: one-hot at each draft). Returns the Sampler's output."""
+        out = self.sampler(logits, meta, sampling)
+        tokens = out.sampled_token_ids.reshape([-1, 1])  # [rows, 1]
+        scores, candidate_lens = self._ones_scores, self._ones_lens
+        if self.strategy == "topp":
+            cand = ops.top_p_candidates(out.probs, verify.top_p, meta.batch_id_per_token_output,
+                                        self.candidates_len, self.max_model_len)
+            tokens, scores, candidate_lens = cand.verify_tokens, cand.verify_scores, cand.actual_candidate_lens
+        ops.speculate_verify(
+            out.sampled_token_ids, verify.accept_tokens, verify.accept_num, verify.step_idx, verify.stop_flags,
+            verify.seq_lens_encoder, verify.seq_lens_decoder, verify.draft_tokens, verify.seq_lens_this_time,
+            tokens, scores, verify.max_dec_len, verify.eos_token_id, verify.is_block_step,
+            meta.cu_seqlens_q_output, candidate_lens, verify.actual_draft_token_nums, verify.top_p,
+            max_seq_len=self.max_model_len, verify_window=self.verify_window, enable_topp=True,
+            benchmark_mode=self.benchmark_mode,
+            target_probs=out.probs if self.strategy == "rejection" else None,
+            draft_probs=draft_probs if self.strategy == "rejection" else None,
+            infer_seed=verify.infer_seed, reasoning_status=verify.reasoning_status,
+            verify_strategy=self.strategy, accept_policy=self.policy,
+        )
+        return out

@@ -1,0 +1,52 @@
+"""Builds what a Worker runs from its config: the target model and its KV cache, the proposer, the
+vocabulary size and the eos ids. The one place that maps config choices (method, model path) to objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from specworker.config import WorkerConfig
+from specworker.spec_decode.base import NaiveProposer, Proposer
+from specworker.tokenizer import EOS_TOKEN_ID
+
+__all__ = ["WorkerParts", "build_model_and_proposer", "make_kv_cache"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerParts:
+    model: object  # forward(ids, meta, kv_cache, block_tables) -> [T, H]; compute_logits(rows) -> [R, V]
+    kv_cache: object
+    proposer: Proposer
+    vocab_size: int
+    eos_token_ids: list[int]
+
+
+def make_kv_cache(config: WorkerConfig, arch, num_layers: int, place):
+    """A KVCache for `num_layers` layers of `arch` (num_kv_heads, head_dim) with the scheduler's blocks."""
+    from specworker.model_executor.models.kv_cache import KVCache
+
+    sched = config.scheduler
+    return KVCache(num_layers, sched.num_blocks, arch.num_kv_heads, sched.block_size, arch.head_dim,
+                   config.model.dtype, place)
+
+
+def build_model_and_proposer(config: WorkerConfig, place, *, model=None, proposer=None) -> WorkerParts:
+    """Loads the target from config.model (unless `model` is given) and builds the proposer the method
+    asks for (NaiveProposer for none / naive, MTPProposer for mtp) unless `proposer` is given."""
+    from specworker.model_executor.models.checkpoint import load_target
+
+    if model is None:
+        model = load_target(config.model, place)
+    arch = model.arch
+    kv_cache = make_kv_cache(config, arch, arch.num_layers, place)
+    if proposer is None:
+        if config.speculative_config.needs_proposer:
+            from specworker.spec_decode.mtp_proposer import MTPProposer
+
+            proposer = MTPProposer(config, target=model, place=place)
+        else:
+            proposer = NaiveProposer()
+    eos = list(getattr(model, "eos_token_ids", None) or [EOS_TOKEN_ID])
+    return WorkerParts(model=model, kv_cache=kv_cache, proposer=proposer, vocab_size=arch.vocab_size,
+                       eos_token_ids=eos)

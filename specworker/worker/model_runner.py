@@ -1,0 +1,161 @@
+"""ModelRunner: one engine step over the InputBatch (SPEC §2). Orchestration only: every number is
+computed by pre_process, the model, the samplers and the state ops. The step's one device-to-host copy
+is `_copy_step_outputs_sync`; nothing else in `step()` reads a device value on the host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+import numpy as np
+import paddle
+
+from specworker.config import WorkerConfig
+from specworker.model_executor import ops
+from specworker.model_executor.layers.sampler import SamplingMetadata
+from specworker.model_executor.pre_and_post_process import gather_logit_rows, pre_process
+from specworker.spec_decode.base import Proposer
+from specworker.spec_decode.speculative_sampler import SpeculativeSampler, VerifyInputs
+from specworker.worker.input_batch import InputBatch, SlotRequest
+
+__all__ = ["ModelRunner", "StepOutput", "STEP_PHASES"]
+
+logger = logging.getLogger(__name__)
+
+STEP_PHASES = ("pre_process", "target_forward", "sampling_verify", "update", "proposer")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class StepOutput:
+    """Host copies of what verification emitted, per slot (the step's one device-to-host copy)."""
+
+    accept_tokens: np.ndarray  # [N, D] int64: accept_tokens[b, :accept_num[b]] were emitted
+    accept_num: np.ndarray  # [N] int64
+    stop_flags: np.ndarray  # [N] bool: the slot stopped (eos / max_tokens) or was already empty
+    seq_lens_this_time: np.ndarray  # [N] int64: L_b the step fed (1 + drafts for a decode slot)
+    layout_version: int  # the slot layout these rows refer to
+    seconds: dict  # phase -> host wall seconds (STEP_PHASES; on GPU, launch time unless synchronized)
+
+
+class ModelRunner:
+    """Owns the InputBatch, the target model with its KV cache, the speculative sampler and the proposer.
+
+    Between steps the engine moves requests in and out (insert / clear_slot / write_prefill / pause);
+    `step()` then runs pre_process -> target forward -> logit rows -> logits -> sample + verify ->
+    host copy -> update -> propose.
+    """
+
+    def __init__(self, config: WorkerConfig, *, model, kv_cache, proposer: Proposer, place, vocab_size: int,
+                 eos_token_ids: list[int]):
+        self.config = config
+        self.model = model
+        self.kv_cache = kv_cache
+        self.proposer = proposer
+        self.input_batch = InputBatch(config, place, vocab_size=vocab_size)
+        self.input_batch.set_eos_token_ids(eos_token_ids)
+        self.share_inputs = self.input_batch.share_inputs
+        self.speculative = config.speculative_config.enabled
+        self.sampler = SpeculativeSampler(config.speculative_config, config.scheduler.max_model_len,
+                                          config.max_output_token_num)
+        self._sampling = SamplingMetadata.from_share_inputs(self.share_inputs)
+        self._verify = VerifyInputs.from_share_inputs(self.share_inputs)
+        self.last_sampler_output = None  # the last step's SamplerOutput (tests and logprob consumers)
+        self._chunk_next_token: dict[str, int] = {}  # req_id -> next prompt token, for middle chunks
+
+    # ---- between steps (host writes only) ----
+    def insert(self, slot: int, request: SlotRequest) -> None:
+        self.input_batch.insert(slot, request)
+        self.proposer.insert(slot, list(request.prompt_token_ids))
+
+    def clear_slot(self, slot: int) -> None:
+        self.input_batch.clear_slot(slot)
+        self.proposer.clear_slot(slot)
+
+    def swap_states(self, i: int, j: int) -> None:
+        self.input_batch.swap_states(i, j)
+        self.proposer.swap_states(i, j)
+
+    def condense(self) -> None:
+        for src, dst in self.input_batch.condense():
+            self.proposer.move_slot(src, dst)
+
+    def reorder_split_prefill_and_decode(self) -> None:
+        for i, j in self.input_batch.reorder_split_prefill_and_decode():
+            self.proposer.swap_states(i, j)
+
+    def write_prefill(self, slot: int, prompt_token_ids: list[int], start: int, length: int) -> None:
+        """This step prefills prompt[start:start + length] of `slot` (a whole prompt or one chunk).
+
+        Also undoes what the previous chunk's step did to the row (it emitted a token the host
+        discards: step_idx, history, stop flag, KV length), so every chunk starts from the same state.
+        """
+        chunk = prompt_token_ids[start:start + length]
+        if start + length < len(prompt_token_ids):
+            # A middle chunk's sampled token is discarded; the proposer must see the true next prompt
+            # token instead (its draft prefill pairs it with this chunk's last hidden row).
+            self._chunk_next_token[self.input_batch.req_ids[slot]] = prompt_token_ids[start + length]
+        row = {"input_ids": chunk, "seq_lens_this_time": length, "seq_lens_encoder": length,
+               "seq_lens_decoder": start, "step_idx": 0, "stop_flags": False, "is_block_step": False}
+        if start > 0:
+            row["pre_ids"] = np.full([self.input_batch.dims["max_model_len"]], -1, dtype=np.int64)
+        self.input_batch.write_row(slot, row)
+        self.proposer.write_prefill(slot, prompt_token_ids, start, length)
+
+    def pause(self, slot: int) -> None:
+        """The slot's prefill waits this step (no token budget left): it feeds nothing."""
+        self.input_batch.write_row(slot, {"seq_lens_this_time": 0, "seq_lens_encoder": 0, "is_block_step": True})
+
+    # ---- the step ----
+    def step(self, token_num: int) -> StepOutput:
+        """One engine step. token_num: host bound on the packed tokens (chunk lengths + D per decode slot).
+        """
+        si, seconds, t0 = self.share_inputs, {}, time.perf_counter()
+        meta = pre_process(
+            input_ids=si["input_ids"], seq_lens_this_time=si["seq_lens_this_time"],
+            seq_lens_encoder=si["seq_lens_encoder"], seq_lens_decoder=si["seq_lens_decoder"],
+            token_num_cpu=max(token_num, 1), draft_tokens=si["draft_tokens"],
+            layout_version=self.input_batch.layout_version)
+        if self.config.debug_checks:
+            meta.check()
+        t1 = time.perf_counter()
+        hidden = self.model.forward(meta.ids_remove_padding, meta, self.kv_cache, si["block_tables"])
+        logits = self.model.compute_logits(gather_logit_rows(hidden, meta))  # [N * D, V]
+        t2 = time.perf_counter()
+        meta.require_current(self.input_batch.layout_version)
+        self.last_sampler_output = self.sampler(logits, meta, self._sampling, self._verify,
+                                                draft_probs=getattr(self.proposer, "draft_probs", None))
+        host = self._copy_step_outputs_sync()
+        for req_id, token in self._chunk_next_token.items():  # host values -> device: an upload, no read
+            si["accept_tokens"][self.input_batch.slot_of(req_id), 0] = token
+        self._chunk_next_token.clear()
+        t3 = time.perf_counter()
+        ops.speculate_update(si["seq_lens_encoder"], si["seq_lens_decoder"], si["not_need_stop"], si["draft_tokens"],
+                             si["actual_draft_token_nums"], si["accept_tokens"], si["accept_num"], si["stop_flags"],
+                             si["seq_lens_this_time"], si["is_block_step"], si["stop_nums"], si["mask_rollback"])
+        ops.speculate_set_value_by_flags_and_idx(si["pre_ids"], si["accept_tokens"], si["accept_num"],
+                                                 si["stop_flags"], si["seq_lens_this_time"], si["seq_lens_encoder"],
+                                                 si["seq_lens_decoder"], si["step_idx"])
+        t4 = time.perf_counter()
+        meta.require_current(self.input_batch.layout_version)
+        self.proposer.run(target_hidden=hidden, meta=meta, share_inputs=si)
+        t5 = time.perf_counter()
+        seconds.update(zip(STEP_PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)))
+        return dataclasses.replace(host, seconds=seconds)
+
+    def _copy_step_outputs_sync(self) -> StepOutput:
+        """The step's one device-to-host copy: accept_tokens, accept_num, stop_flags and the step's
+        seq_lens_this_time packed in one int64 tensor; also refreshes the first three's host mirrors."""
+        si = self.share_inputs
+        num_slots, width = si["accept_tokens"].shape
+        packed = paddle.concat([si["accept_tokens"].reshape([-1]), si["accept_num"].astype("int64"),
+                                si["stop_flags"].astype("int64"), si["seq_lens_this_time"].astype("int64")]).numpy()
+        tokens = packed[:num_slots * width].reshape(num_slots, width)
+        accept_num, stop_flags, lens = packed[num_slots * width:].reshape(3, num_slots)
+        stop_flags = stop_flags.astype(bool)
+        for name, value in (("accept_tokens", tokens), ("accept_num", accept_num), ("stop_flags", stop_flags)):
+            mirror = si[name + "_cpu"]
+            mirror.set_value(value.astype(np.dtype(str(mirror.dtype).split(".")[-1])))
+        return StepOutput(accept_tokens=tokens, accept_num=accept_num, stop_flags=stop_flags,
+                          seq_lens_this_time=lens, layout_version=self.input_batch.layout_version, seconds={})

@@ -1,0 +1,84 @@
+"""Test helpers for end-to-end Worker runs: small configs, random requests, and a driver that adds
+requests at given steps, aborts some, reorders the batch between steps, and collects every output."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from specworker.config import config_from_dict
+from specworker.sampling_params import SamplingParams
+from specworker.worker.worker import Worker
+
+SCHEDULER = dict(max_num_seqs=4, max_model_len=96, block_size=8, num_blocks=64, max_num_batched_tokens=64)
+
+
+def make_config(method="none", k=0, steps=1, strategy="greedy", **scheduler):
+    spec = {"method": method}
+    if method == "mtp":
+        spec.update(num_speculative_tokens=k, num_model_steps=steps, model="builtin:tiny-mtp",
+                    verify_strategy=strategy)
+    sched = {**SCHEDULER, **scheduler}
+    return config_from_dict({"model": {"path": "builtin:tiny"}, "scheduler": sched, "speculative_config": spec,
+                             "debug_checks": True}, check_paths=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Req:
+    req_id: str
+    prompt: list
+    params: SamplingParams
+    arrive: int = 0  # step at which it is added
+    abort_at: int | None = None  # step before which it is aborted (None: runs to the end)
+
+
+def random_requests(n, seed, *, max_prompt=40, max_tokens=(4, 24), sampled=False, arrive_span=0, abort_rate=0.0,
+                    vocab=256):
+    rng = np.random.default_rng(seed)
+    reqs = []
+    for i in range(n):
+        prompt = [int(t) for t in rng.integers(0, vocab, size=int(rng.integers(1, max_prompt + 1)))]
+        kw = dict(max_tokens=int(rng.integers(max_tokens[0], max_tokens[1] + 1)), temperature=0.0)
+        if sampled:
+            kw.update(temperature=float(rng.uniform(0.5, 1.2)), top_k=int(rng.choice([-1, 5, 40])),
+                      top_p=float(rng.choice([1.0, 0.9, 0.6])), seed=int(rng.integers(0, 2**31)))
+        if rng.random() < 0.3:
+            kw.update(repetition_penalty=1.3, frequency_penalty=0.2, presence_penalty=0.1)
+        arrive = int(rng.integers(0, arrive_span + 1)) if arrive_span else 0
+        abort_at = arrive + int(rng.integers(1, 6)) if rng.random() < abort_rate else None
+        reqs.append(Req(f"q{i}", prompt, SamplingParams(**kw), arrive, abort_at))
+    return reqs
+
+
+def drive(worker: Worker, reqs, *, between=None, max_steps=5000):
+    """Runs reqs (arrivals / aborts by step); between(worker, step) runs before each step.
+    Returns {req_id: (tokens, finish_reason)}; aborted requests are left out."""
+    pending = sorted(reqs, key=lambda r: r.arrive)
+    aborts = {r.req_id: r.abort_at for r in reqs if r.abort_at is not None}
+    results, step = {}, 0
+    while pending or worker.has_unfinished():
+        while pending and pending[0].arrive <= step:
+            r = pending.pop(0)
+            worker.add_request(r.req_id, r.prompt, r.params)
+        for req_id, at in list(aborts.items()):
+            if at <= step and req_id in worker.requests:
+                worker.abort(req_id)
+                del aborts[req_id]
+        if between is not None:
+            between(worker, step)
+        for out in worker.step():
+            if out.finished:
+                results[out.request_id] = (out.output_token_ids, out.finish_reason)
+        step += 1
+        assert step < max_steps, "drive: no progress"
+    return results
+
+
+def alone(config, reqs, **worker_kw):
+    """Each request by itself in one worker, one after the other (its batch-of-one reference)."""
+    worker = Worker(config, **worker_kw)
+    out = {}
+    for r in reqs:
+        out.update(drive(worker, [dataclasses.replace(r, arrive=0, abort_at=None)]))
+    return out
