@@ -103,12 +103,12 @@ class SamplingParams:
                         block_ids: Sequence[int] = ()) -> SlotRequest:
         """The worker's SlotRequest for this request (top_k -1 becomes 0, the buffers' "off").
 
-        stop_token_ids and ignore_eos are not slot buffers; the engine applies them when it reads
-        the step's tokens.
+        ignore_eos masks eos for the whole request through the eos mask of min_tokens (min_dec_len =
+        max_tokens); stop_token_ids are not a slot buffer: the worker applies them to each step's tokens.
         """
         return SlotRequest(
             req_id=req_id, prompt_token_ids=prompt_token_ids, max_tokens=self.max_tokens,
-            min_tokens=self.min_tokens, temperature=self.temperature, top_p=self.top_p,
+            min_tokens=self.max_tokens if self.ignore_eos else self.min_tokens, temperature=self.temperature, top_p=self.top_p,
             top_k=max(self.top_k, 0), min_p=self.min_p, repetition_penalty=self.repetition_penalty,
             frequency_penalty=self.frequency_penalty, presence_penalty=self.presence_penalty, seed=self.seed,
             bad_words_token_ids=self.bad_words_token_ids, block_ids=block_ids,

@@ -76,11 +76,13 @@ def test_sampling_params_is_frozen_and_normalises_types():
 def test_sampling_params_to_slot_request_maps_every_field():
     p = SamplingParams(temperature=0.7, top_p=0.9, top_k=-1, min_p=0.05, repetition_penalty=1.2,
                        frequency_penalty=0.3, presence_penalty=-0.4, seed=11, max_tokens=32, min_tokens=4,
-                       stop_token_ids=[9], bad_words_token_ids=[5, 6], ignore_eos=True)
+                       stop_token_ids=[9], bad_words_token_ids=[5, 6])
     r = p.to_slot_request("req-1", [1, 2, 3], block_ids=[4])
     assert (r.req_id, r.prompt_token_ids, r.block_ids) == ("req-1", (1, 2, 3), (4,))
     assert (r.max_tokens, r.min_tokens, r.temperature, r.top_p, r.top_k, r.min_p) == (32, 4, 0.7, 0.9, 0, 0.05)
     assert (r.repetition_penalty, r.frequency_penalty, r.presence_penalty, r.seed) == (1.2, 0.3, -0.4, 11)
     assert r.bad_words_token_ids == (5, 6)
     assert SamplingParams(top_k=40).to_slot_request("b", [1]).top_k == 40
+    # ignore_eos masks eos for the whole request: min_dec_len = max_tokens
+    assert SamplingParams(max_tokens=7, min_tokens=2, ignore_eos=True).to_slot_request("d", [1]).min_tokens == 7
     assert SamplingParams(top_k=0).to_slot_request("c", [1]).top_k == 0
