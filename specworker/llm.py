@@ -29,6 +29,7 @@ class LLM:
     def __init__(self, config: WorkerConfig, **worker_kwargs):
         self.worker = Worker(config, **worker_kwargs)
         self.tokenizer = ByteTokenizer()
+        self._num_calls = 0
 
     def generate(self, prompts: Sequence[str], sampling_params: SamplingParams | Sequence[SamplingParams],
                  *, on_step: Callable[[list], None] | None = None) -> list[CompletionOutput]:
@@ -41,7 +42,8 @@ class LLM:
         if len(sampling_params) != len(prompts):
             raise ValueError(f"LLM.generate: {len(sampling_params)} sampling_params for {len(prompts)} prompts; "
                              "allowed: one, or one per prompt")
-        ids = [f"llm-{self.worker.num_steps}-{i}" for i in range(len(prompts))]
+        ids = [f"llm-{self._num_calls}-{i}" for i in range(len(prompts))]
+        self._num_calls += 1
         for req_id, prompt, params in zip(ids, prompts, sampling_params):
             self.worker.add_request(req_id, self.tokenizer.encode(prompt), params)
         done = {}

@@ -1,0 +1,95 @@
+"""ModelRunner.step's contract: one device-to-host copy per step and no other host read (CUDA-graph
+and async safety), fixed share_inputs (no entry added, replaced or reallocated), stale metadata rejected."""
+
+import paddle
+import pytest
+
+from specworker.model_executor.forward_meta import StaleForwardMetaError
+from specworker.sampling_params import SamplingParams
+from specworker.worker.model_runner import ModelRunner
+from specworker.worker.worker import Worker
+from tests.sync_guard import HostReadError, allow_host_reads, forbid_host_reads
+from tests.worker.worker_harness import make_config, random_requests
+
+CONFIGS = {"none": dict(), "mtp_k2": dict(method="mtp", k=2, steps=2), "mtp_k3_steps1": dict(method="mtp", k=3)}
+
+
+def _worker(name):
+    worker = Worker(make_config(**CONFIGS[name], max_num_batched_tokens=16))
+    for r in random_requests(6, seed=9, max_prompt=30, max_tokens=(3, 12), sampled=True):
+        worker.add_request(r.req_id, r.prompt, r.params)
+    return worker
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_model_runner_step_reads_device_values_once(name, monkeypatch):
+    """Whole engine steps (scheduling writes, pre_process, forward, sampling, verify, update, proposer) under a
+    guard that fails any host read, except the one sanctioned copy, which must happen exactly once a step."""
+    worker = _worker(name)
+    copies = []
+    original = ModelRunner._copy_step_outputs_sync
+
+    def counted(self):
+        copies.append(worker.num_steps)
+        with allow_host_reads():
+            return original(self)
+
+    monkeypatch.setattr(ModelRunner, "_copy_step_outputs_sync", counted)
+    steps = 0
+    with forbid_host_reads():
+        while worker.has_unfinished():
+            worker.step()
+            steps += 1
+    assert steps > 3 and copies == list(range(steps))
+
+
+def test_model_runner_guard_catches_a_host_read(monkeypatch):
+    """The guard above can fail: a stray .numpy() in the step path raises."""
+    worker = _worker("none")
+    original = worker.runner.model.compute_logits
+
+    def peeking(rows):
+        rows.numpy()
+        return original(rows)
+
+    monkeypatch.setattr(worker.runner.model, "compute_logits", peeking)
+    with forbid_host_reads(), pytest.raises(HostReadError):
+        with allow_host_reads():
+            pass
+        worker.step()
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_model_runner_step_keeps_share_inputs_fixed(name):
+    """No share_inputs entry is added, dropped or replaced by another tensor over a whole run (the
+    proposer's batch too): every buffer a captured graph would read stays the same object and shape."""
+    worker = _worker(name)
+    batches = [worker.input_batch] + ([worker.runner.proposer.batch] if hasattr(worker.runner.proposer, "batch")
+                                      else [])
+    before = [{k: (id(t), tuple(t.shape), t.dtype) for k, t in b.share_inputs.items()} for b in batches]
+    tensors = [dict(b.share_inputs) for b in batches]  # keep them alive so ids cannot be reused
+    while worker.has_unfinished():
+        worker.step()
+    after = [{k: (id(t), tuple(t.shape), t.dtype) for k, t in b.share_inputs.items()} for b in batches]
+    assert after == before and len(tensors) == len(batches)
+    for b in batches:
+        b.check()
+
+
+def test_model_runner_rejects_meta_made_stale_during_the_step(monkeypatch):
+    """A reorder between pre_process and verification (here forced from inside the forward) makes the
+    step's ForwardMeta stale: the runner refuses to feed it to the sampler."""
+    worker = Worker(make_config())
+    worker.add_request("a", [1, 2, 3], SamplingParams(max_tokens=4, temperature=0.0))
+    worker.add_request("b", [4, 5], SamplingParams(max_tokens=4, temperature=0.0))
+    model = worker.runner.model
+    original = model.forward
+
+    def reorder_inside(*args):
+        worker.runner.swap_states(0, 1)
+        return original(*args)
+
+    monkeypatch.setattr(model, "forward", reorder_inside)
+    with pytest.raises(StaleForwardMetaError, match="the speculative sampler"):
+        worker.step()
+    assert isinstance(paddle.to_tensor([1]), paddle.Tensor)
