@@ -13,7 +13,7 @@ import paddle
 
 from specworker.config import WorkerConfig
 from specworker.model_executor import ops
-from specworker.model_executor.pre_and_post_process import gather_logit_rows, pre_process
+from specworker.model_executor.pre_and_post_process import pre_process
 from specworker.spec_decode.base import Proposer
 from specworker.spec_decode.mtp_buffers import DRAFT_BUFFERS
 from specworker.worker.input_batch import InputBatch
@@ -47,6 +47,8 @@ class MTPProposer(Proposer):
         self.buffers = self.batch.share_inputs
         self.kv_cache = make_kv_cache(config, arch, 1, place)
         self.draft_probs = None  # greedy drafts: verification treats each draft as a one-hot distribution
+        # cu_seqlens_q_output for draft_model_update when `tokens` holds one row per slot
+        self._one_row_per_slot = paddle.arange(config.scheduler.max_num_seqs + 1, dtype="int32").to(place)
 
     # ---- row moves and host writes (between steps) ----
     def insert(self, slot: int, prompt_token_ids: list[int]) -> None:
@@ -96,13 +98,15 @@ class MTPProposer(Proposer):
                 prev_hidden = paddle.gather(d["last_hidden"], paddle.clip(dmeta.batch_id_per_token, min=0))
             hidden = self.draft.forward(dmeta.ids_remove_padding, prev_hidden[:token_num], dmeta, self.kv_cache,
                                         t["block_tables"])
-            rows = gather_logit_rows(hidden, dmeta)  # [N * D, H]
-            tokens = paddle.argmax(self.draft.compute_logits(rows), axis=-1)  # [N * D] int64
-            last_row = paddle.clip(dmeta.cu_seqlens_q_output[1:] - 1, min=0)  # [N]
-            paddle.assign(paddle.gather(rows, last_row), output=d["last_hidden"])
+            # Only each slot's last row drafts (the row draft_model_update reads): gather those [N, H] rows
+            # straight from the packed hidden states instead of every output row. Idle slots gather a
+            # neighbour's row; draft_model_update ignores stopped slots.
+            last = paddle.gather(hidden, paddle.clip(dmeta.cu_seqlens_q[1:] - 1, min=0))  # [N, H]
+            paddle.assign(last, output=d["last_hidden"])
+            tokens = paddle.argmax(self.draft.compute_logits(last), axis=-1)  # [N] int64
             ops.draft_model_update(
                 tokens, d["draft_tokens"], d["pre_ids"], d["seq_lens_this_time"], d["seq_lens_encoder"],
-                d["seq_lens_decoder"], d["step_idx"], dmeta.cu_seqlens_q_output, d["stop_flags"],
+                d["seq_lens_decoder"], d["step_idx"], self._one_row_per_slot, d["stop_flags"],
                 d["not_need_stop"], t["max_dec_len"], t["eos_token_id"], t["draft_tokens"], self.max_model_len,
                 substep)
         ops.draft_model_postprocess(t["draft_tokens"], t["seq_lens_this_time"], t["seq_lens_encoder"],

@@ -67,10 +67,12 @@ class SpeculativeSampler:
         self._ones_lens = paddle.ones([output_capacity], dtype="int32")
 
     def __call__(self, logits: paddle.Tensor, meta: ForwardMeta, sampling: SamplingMetadata,
-                 verify: VerifyInputs, draft_probs: paddle.Tensor | None = None) -> SamplerOutput:
+                 verify: VerifyInputs, draft_probs: paddle.Tensor | None = None, all_greedy: bool = False
+                 ) -> SamplerOutput:
         """Args: logits [output_capacity, V] float32 (rows past T_out ignored); draft_probs
-        [N, D - 1, V] float32 for "rejection" (None: one-hot at each draft). Returns the Sampler's output."""
-        out = self.sampler(logits, meta, sampling)
+        [N, D - 1, V] float32 for "rejection" (None: one-hot at each draft); all_greedy: every slot is
+        greedy (host knowledge; skips the draw). Returns the Sampler's output."""
+        out = self.sampler(logits, meta, sampling, all_greedy=all_greedy)
         tokens = out.sampled_token_ids.reshape([-1, 1])  # [rows, 1]
         scores, candidate_lens = self._ones_scores, self._ones_lens
         if self.strategy == "topp":

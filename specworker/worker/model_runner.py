@@ -108,8 +108,9 @@ class ModelRunner:
         self.input_batch.write_row(slot, {"seq_lens_this_time": 0, "seq_lens_encoder": 0, "is_block_step": True})
 
     # ---- the step ----
-    def step(self, token_num: int) -> StepOutput:
-        """One engine step. token_num: host bound on the packed tokens (chunk lengths + D per decode slot).
+    def step(self, token_num: int, *, all_greedy: bool = False) -> StepOutput:
+        """One engine step. token_num: host bound on the packed tokens (chunk lengths + D per decode slot);
+        all_greedy: every request in the batch is greedy (host knowledge), so the sampler skips its draw.
         """
         si, seconds, t0 = self.share_inputs, {}, time.perf_counter()
         meta = pre_process(
@@ -125,7 +126,8 @@ class ModelRunner:
         t2 = time.perf_counter()
         meta.require_current(self.input_batch.layout_version, "the speculative sampler")
         self.last_sampler_output = self.sampler(logits, meta, self._sampling, self._verify,
-                                                draft_probs=getattr(self.proposer, "draft_probs", None))
+                                                draft_probs=getattr(self.proposer, "draft_probs", None),
+                                                all_greedy=all_greedy)
         host = self._copy_step_outputs_sync()
         for req_id, token in self._chunk_next_token.items():  # host values -> device: an upload, no read
             si["accept_tokens"][self.input_batch.slot_of(req_id), 0] = token

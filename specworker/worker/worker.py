@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import paddle
 
 from specworker.config import WorkerConfig
+from specworker.model_executor.layers.sampler import GREEDY_TEMPERATURE
 from specworker.sampling_params import SamplingParams
 from specworker.spec_decode.metrics import SpecDecodeStats
 from specworker.worker.block_manager import BlockManager
@@ -136,7 +137,8 @@ class Worker:
         if not (plan.decode or plan.prefill):
             return []
         self._apply_plan(plan)
-        out = self.runner.step(plan.token_num)
+        all_greedy = all(r.params.temperature < GREEDY_TEMPERATURE for r in self.scheduler.running)
+        out = self.runner.step(plan.token_num, all_greedy=all_greedy)
         self.num_steps += 1
         for phase, seconds in out.seconds.items():
             self.phase_seconds[phase] += seconds

@@ -190,13 +190,16 @@ class Sampler:
     def __init__(self, debug_checks: bool = False) -> None:
         self.debug_checks = debug_checks
 
-    def __call__(self, logits: paddle.Tensor, meta: ForwardMeta, sampling: SamplingMetadata) -> SamplerOutput:
+    def __call__(self, logits: paddle.Tensor, meta: ForwardMeta, sampling: SamplingMetadata, *,
+                 all_greedy: bool = False) -> SamplerOutput:
         """Samples one token per row; logits are penalised in place.
 
         Args:
             logits: [R, V] float32, R <= meta.output_capacity (normally equal), V <= MAX_VOCAB.
             meta: the step's ForwardMeta (output side: batch_id_per_token_output, cu_seqlens_q_output).
             sampling: the slots' sampling buffers.
+            all_greedy: the caller knows (from host-side request parameters) that every slot is greedy;
+                skips the weights and the draw, which greedy rows ignore (same tokens and probs).
         Returns:
             SamplerOutput; `logits` is the input tensor, updated.
         """
@@ -216,19 +219,21 @@ class Sampler:
             meta.cu_seqlens_q_output, 0, sampling.draft_tokens,
         )
 
-        weights = sampling_weights(logits, paddle.gather(sampling.top_k, slot), paddle.gather(sampling.top_p, slot),
-                                   paddle.gather(sampling.min_p, slot))  # [R, V]
-        counter = paddle.gather(sampling.step_idx, slot) + local
-        drawn = inverse_cdf_sample(weights, counter_uniform(paddle.gather(sampling.infer_seed, slot), counter))
-        total = paddle.clip(paddle.sum(weights, axis=-1, keepdim=True), min=1).astype("float64")
-        probs = (weights.astype("float64") / total).astype("float32")
-
-        greedy = paddle.gather(greedy_slot, slot)  # [R]
         best = first_argmax(logits)
         one_hot = (paddle.arange(vocab, dtype="int64").unsqueeze(0) == best.unsqueeze(-1)).astype("float32")
-        tokens = paddle.where(greedy, best, drawn)
+        if all_greedy:
+            tokens, probs = best, one_hot
+        else:
+            weights = sampling_weights(logits, paddle.gather(sampling.top_k, slot),
+                                       paddle.gather(sampling.top_p, slot), paddle.gather(sampling.min_p, slot))
+            counter = paddle.gather(sampling.step_idx, slot) + local
+            drawn = inverse_cdf_sample(weights, counter_uniform(paddle.gather(sampling.infer_seed, slot), counter))
+            total = paddle.clip(paddle.sum(weights, axis=-1, keepdim=True), min=1).astype("float64")
+            probs = (weights.astype("float64") / total).astype("float32")  # [R, V]
+            greedy = paddle.gather(greedy_slot, slot)  # [R]
+            tokens = paddle.where(greedy, best, drawn)
+            probs = paddle.where(greedy.unsqueeze(-1), one_hot, probs)
         tokens = paddle.where(valid, tokens, paddle.full_like(tokens, -1))
-        probs = paddle.where(greedy.unsqueeze(-1), one_hot, probs)
         probs = paddle.where(valid.unsqueeze(-1), probs, paddle.zeros_like(probs))
         return SamplerOutput(sampled_token_ids=tokens, probs=probs, logits=logits)
 
