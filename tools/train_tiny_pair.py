@@ -3,7 +3,9 @@
 Corpus: pydoc_data.topics.topics (ships with CPython, so it is offline on any machine), byte-level
 with BOS per topic. Topics sorted by name; every 10th (index % 10 == 5) is held out as eval text.
 Phase 1 trains the target (next byte); phase 2 trains the MTP draft on the frozen target's hidden
-states to predict the byte after next. Writes config.json, model.safetensors, mtp.safetensors.
+states to predict the byte after next. Writes config.json, model.safetensors, mtp.safetensors, then
+prints eval losses, the draft/target top-1 agreement and the chained 1..3-draft acceptance
+(--eval-only re-evaluates a written pair).
 
     nice python tools/train_tiny_pair.py --out specworker/model_executor/models/weights/tiny
 """
@@ -22,8 +24,8 @@ import paddle.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specworker.config import BUILTIN_TARGETS  # noqa: E402
-from specworker.model_executor.models.checkpoint import save_mtp, save_target  # noqa: E402
+from specworker.config import BUILTIN_TARGETS, ModelConfig  # noqa: E402
+from specworker.model_executor.models.checkpoint import load_mtp, load_target, save_mtp, save_target  # noqa: E402
 from specworker.model_executor.models.llama import LlamaArch, LlamaModel  # noqa: E402
 from specworker.model_executor.models.mtp import MTPDraft  # noqa: E402
 from specworker.tokenizer import ByteTokenizer  # noqa: E402
@@ -44,6 +46,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--eval-windows", type=int, default=64, help="training-text windows for the final train loss")
+    p.add_argument("--eval-limit", type=int, default=0, help="held-out windows to evaluate (0: all)")
+    p.add_argument("--eval-only", action="store_true", help="load the pair from --out and only evaluate it")
     for key in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size"):
         p.add_argument("--" + key.replace("_", "-"), type=int, default=tiny[key])
     return p.parse_args(argv)
@@ -142,22 +146,39 @@ def evaluate(model: LlamaModel, draft: MTPDraft | None, batches) -> dict[str, fl
     return out
 
 
-def main(argv=None) -> None:
-    args = parse_args(argv)
-    t0 = time.time()
-    paddle.seed(args.seed)
-    rng = np.random.default_rng(args.seed)
-    train_ids, eval_ids, held = load_corpus()
-    print(f"corpus: {len(train_ids)} train bytes, {len(eval_ids)} eval bytes (held-out topics: {', '.join(held)})")
+@paddle.no_grad()
+def chain_acceptance(model: LlamaModel, draft: MTPDraft, batches, positions, depth: int = 3) -> list[float]:
+    """P(the first k chained drafts are all accepted), k = 1..depth, greedy, teacher-forced prefixes.
+
+    At draft position i the draft proposes d1 from (token_{i+1}, h_i), then d2 from (d1, its own hidden),
+    and so on, with the KV of positions <= i from true inputs, exactly as in the engine's substeps. The
+    target then verifies tokens[.. i+1] + [d1 .. d_{depth-1}] and each d_k is accepted while it equals the
+    target's argmax (one verify step). Averaged over eval windows and the draft positions in `positions`.
+    """
+    accepted, count = np.zeros(depth), 0
+    for ids in batches:
+        hidden = model.forward_train(ids[:, :-1])
+        for i in positions:
+            d_ids, d_hid, drafts = ids[:, 1:i + 2], hidden[:, :i + 1], []
+            for _ in range(depth):
+                out = draft.forward_train(d_ids, d_hid)[:, -1:]  # [b, 1, H]
+                drafts.append(model.logits_train(out).argmax(-1))  # [b, 1]
+                d_ids, d_hid = paddle.concat([d_ids, drafts[-1]], 1), paddle.concat([d_hid, out], 1)
+            verify = paddle.concat([ids[:, :i + 2]] + drafts[:-1], 1)  # [b, i + 1 + depth]
+            t_top1 = model.logits_train(model.forward_train(verify)[:, i + 1:]).argmax(-1)  # [b, depth]
+            ok = (paddle.concat(drafts, 1) == t_top1).numpy().cumprod(axis=1)
+            accepted += ok.sum(0)
+            count += ok.shape[0]
+    return (accepted / count).tolist()
+
+
+def train_pair(args, train_ids: np.ndarray, batches, rng) -> tuple[LlamaModel, MTPDraft]:
     tiny = BUILTIN_TARGETS["builtin:tiny"]
     arch = LlamaArch(vocab_size=tiny["vocab_size"], rope_theta=tiny["rope_theta"], rms_norm_eps=tiny["rms_norm_eps"],
                      **{k: getattr(args, k) for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads",
                                                       "intermediate_size")})
     model = LlamaModel(arch)
-    n_params = sum(int(np.prod(p.shape)) for p in model.parameters())
-    print(f"target: {arch}, {n_params} parameters")
-    batches = eval_windows(eval_ids, args.seq_len + 2, 0)  # all of the held-out text
-
+    print(f"target: {arch}, {sum(int(np.prod(p.shape)) for p in model.parameters())} parameters")
     train(model.parameters(), lambda ids: target_loss(model, ids[:, :-1]), train_ids, args, args.steps,
           args.lr, "target", rng)
     print(f"[target] eval loss {evaluate(model, None, batches)['target_loss']:.4f} nats/byte", flush=True)
@@ -167,15 +188,36 @@ def main(argv=None) -> None:
     print(f"draft: {sum(int(np.prod(p.shape)) for p in draft.parameters())} parameters of its own")
     train(draft.parameters(), lambda ids: mtp_loss(model, draft, ids), train_ids, args, args.mtp_steps,
           args.mtp_lr, "mtp", rng)
+    return model, draft
 
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    t0 = time.time()
+    paddle.seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    train_ids, eval_ids, held = load_corpus()
+    print(f"corpus: {len(train_ids)} train bytes, {len(eval_ids)} eval bytes (held-out topics: {', '.join(held)})")
+    batches = eval_windows(eval_ids, args.seq_len + 2, args.eval_limit)  # default: all of the held-out text
+    if args.eval_only:
+        model = load_target(ModelConfig(path=args.out))
+        draft = load_mtp(args.out, model)
+    else:
+        model, draft = train_pair(args, train_ids, batches, rng)
     final_train = evaluate(model, draft, eval_windows(train_ids, args.seq_len + 2, args.eval_windows))
     final_eval = evaluate(model, draft, batches)
     for name, res in (("train", final_train), ("eval", final_eval)):
         print(f"final {name}: target loss {res['target_loss']:.4f} nats/byte, mtp loss {res['mtp_loss']:.4f}, "
               f"draft top-1 == target top-1 {res['agreement']:.4f}")
-    save_target(model, args.out)
-    save_mtp(draft, args.out)
-    print(f"wrote {args.out} in {time.time() - t0:.0f}s")
+    if not args.eval_only:
+        save_target(model, args.out)
+        save_mtp(draft, args.out)
+        print(f"wrote {args.out} in {time.time() - t0:.0f}s", flush=True)
+    positions = sorted({int(f * (args.seq_len - 3)) for f in (0.1, 0.3, 0.5, 0.7, 0.9)})
+    chain = chain_acceptance(model, draft, batches, positions)
+    print("eval chained greedy acceptance P(first k drafts accepted), k = 1, 2, 3: "
+          + ", ".join(f"{a:.4f}" for a in chain) + f"; expected tokens per verify step {1 + sum(chain):.3f} "
+          f"(draft positions {positions}) {time.time() - t0:.0f}s")
 
 
 if __name__ == "__main__":
