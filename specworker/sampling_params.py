@@ -69,6 +69,7 @@ class SamplingParams:
     stop_token_ids: Sequence[int] = ()  # in addition to the model's eos (the worker checks the vocab)
     bad_words_token_ids: Sequence[int] = ()  # single-token bad words, at most MAX_BAD_WORDS
     ignore_eos: bool = False
+    enable_thinking: bool = False  # the request reasons first (the worker's ReasoningConstraint applies)
 
     def __post_init__(self) -> None:
         for field, (ok, allowed) in _FLOAT_RANGES.items():
@@ -96,8 +97,9 @@ class SamplingParams:
         if len(self.bad_words_token_ids) > MAX_BAD_WORDS:
             raise _bad("bad_words_token_ids", f"<{len(self.bad_words_token_ids)} ids>",
                        f"at most MAX_BAD_WORDS = {MAX_BAD_WORDS} ids")
-        if not isinstance(self.ignore_eos, bool):
-            raise TypeError(f"SamplingParams.ignore_eos = {self.ignore_eos!r}; allowed: a bool")
+        for flag in ("ignore_eos", "enable_thinking"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"SamplingParams.{flag} = {getattr(self, flag)!r}; allowed: a bool")
 
     def to_slot_request(self, req_id: str, prompt_token_ids: Sequence[int],
                         block_ids: Sequence[int] = ()) -> SlotRequest:
@@ -112,4 +114,5 @@ class SamplingParams:
             top_k=max(self.top_k, 0), min_p=self.min_p, repetition_penalty=self.repetition_penalty,
             frequency_penalty=self.frequency_penalty, presence_penalty=self.presence_penalty, seed=self.seed,
             bad_words_token_ids=self.bad_words_token_ids, block_ids=block_ids,
+            enable_thinking=self.enable_thinking,
         )

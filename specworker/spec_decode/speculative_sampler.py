@@ -1,5 +1,5 @@
-"""SpeculativeSampler: logits of one step -> emitted tokens, through the Sampler (penalties, reasoning
-constraint left to callers, temperature / top-k / top-p / min-p, seeded draws) and speculate_verify with
+"""SpeculativeSampler: logits of one step -> emitted tokens, through the optional reasoning constraint, the
+Sampler (penalties, temperature / top-k / top-p / min-p, seeded draws) and speculate_verify with
 the configured verify_strategy and accept_policy. Non-speculative steps are the k = 0 case: the one row
 of a slot is its bonus token. Writes accept_tokens / accept_num / step_idx / stop_flags in place.
 """
@@ -16,7 +16,27 @@ from specworker.model_executor import ops
 from specworker.model_executor.forward_meta import ForwardMeta
 from specworker.model_executor.layers.sampler import Sampler, SamplerOutput, SamplingMetadata
 
-__all__ = ["SpeculativeSampler", "VerifyInputs"]
+__all__ = ["ReasoningConstraint", "SpeculativeSampler", "VerifyInputs"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ReasoningConstraint:
+    """The reasoning-phase constraint of reasoning models (reasoning_phase_token_constraint): right after
+    "\n</think>\n\n" the next token of a request with enable_thinking must be one of allowed_token_ids."""
+
+    think_end_id: int
+    line_break_id: int
+    allowed_token_ids: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        for name in ("think_end_id", "line_break_id"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"ReasoningConstraint.{name} = {value!r}; allowed: a token id >= 0")
+        ids = tuple(self.allowed_token_ids)
+        if not ids or any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in ids):
+            raise ValueError(f"ReasoningConstraint.allowed_token_ids = {ids!r}; allowed: one or more token ids >= 0")
+        object.__setattr__(self, "allowed_token_ids", ids)
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -37,7 +57,8 @@ class VerifyInputs:
     actual_draft_token_nums: paddle.Tensor  # [N] int32
     top_p: paddle.Tensor  # [N] float32
     infer_seed: paddle.Tensor  # [N] int64
-    reasoning_status: paddle.Tensor  # [N] int32
+    reasoning_status: paddle.Tensor  # [N] int32, written by the reasoning constraint
+    enable_thinking: paddle.Tensor  # [N] bool
 
     @classmethod
     def from_share_inputs(cls, share_inputs: Mapping[str, paddle.Tensor]) -> VerifyInputs:
@@ -54,7 +75,8 @@ class SpeculativeSampler:
     draft against the top-C candidates (FastDeploy's default; lossy by design).
     """
 
-    def __init__(self, spec: SpeculativeConfig, max_model_len: int, output_capacity: int):
+    def __init__(self, spec: SpeculativeConfig, max_model_len: int, output_capacity: int, *,
+                 reasoning: ReasoningConstraint | None = None, place=None):
         self.strategy = spec.verify_strategy if spec.enabled else "greedy"
         self.policy = spec.accept_policy
         self.benchmark_mode = spec.benchmark_mode
@@ -65,6 +87,9 @@ class SpeculativeSampler:
         # Fixed-shape inputs the greedy / target_match / rejection strategies do not read.
         self._ones_scores = paddle.ones([output_capacity, 1], dtype="float32")
         self._ones_lens = paddle.ones([output_capacity], dtype="int32")
+        self.reasoning = reasoning
+        if reasoning is not None:
+            self._allowed = paddle.to_tensor(list(reasoning.allowed_token_ids), dtype="int64", place=place)
 
     def __call__(self, logits: paddle.Tensor, meta: ForwardMeta, sampling: SamplingMetadata,
                  verify: VerifyInputs, draft_probs: paddle.Tensor | None = None, all_greedy: bool = False
@@ -72,6 +97,12 @@ class SpeculativeSampler:
         """Args: logits [output_capacity, V] float32 (rows past T_out ignored); draft_probs
         [N, D - 1, V] float32 for "rejection" (None: one-hot at each draft); all_greedy: every slot is
         greedy (host knowledge; skips the draw). Returns the Sampler's output."""
+        if self.reasoning is not None:
+            ops.reasoning_phase_token_constraint(
+                logits, sampling.pre_ids, verify.stop_flags, verify.seq_lens_this_time, verify.seq_lens_encoder,
+                verify.step_idx, self._allowed, verify.reasoning_status, meta.batch_id_per_token_output,
+                meta.cu_seqlens_q_output, verify.enable_thinking, self.reasoning.think_end_id,
+                self.reasoning.line_break_id)
         out = self.sampler(logits, meta, sampling, all_greedy=all_greedy)
         tokens = out.sampled_token_ids.reshape([-1, 1])  # [rows, 1]
         scores, candidate_lens = self._ones_scores, self._ones_lens

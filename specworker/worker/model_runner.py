@@ -17,7 +17,7 @@ from specworker.model_executor import ops
 from specworker.model_executor.layers.sampler import SamplingMetadata
 from specworker.model_executor.pre_and_post_process import gather_logit_rows, pre_process
 from specworker.spec_decode.base import Proposer
-from specworker.spec_decode.speculative_sampler import SpeculativeSampler, VerifyInputs
+from specworker.spec_decode.speculative_sampler import ReasoningConstraint, SpeculativeSampler, VerifyInputs
 from specworker.worker.input_batch import InputBatch, SlotRequest
 
 __all__ = ["ModelRunner", "StepOutput", "STEP_PHASES"]
@@ -48,7 +48,7 @@ class ModelRunner:
     """
 
     def __init__(self, config: WorkerConfig, *, model, kv_cache, proposer: Proposer, place, vocab_size: int,
-                 eos_token_ids: list[int]):
+                 eos_token_ids: list[int], reasoning: ReasoningConstraint | None = None):
         self.config = config
         self.model = model
         self.kv_cache = kv_cache
@@ -58,7 +58,7 @@ class ModelRunner:
         self.share_inputs = self.input_batch.share_inputs
         self.speculative = config.speculative_config.enabled
         self.sampler = SpeculativeSampler(config.speculative_config, config.scheduler.max_model_len,
-                                          config.max_output_token_num)
+                                          config.max_output_token_num, reasoning=reasoning, place=place)
         self._sampling = SamplingMetadata.from_share_inputs(self.share_inputs)
         self._verify = VerifyInputs.from_share_inputs(self.share_inputs)
         self.last_sampler_output = None  # the last step's SamplerOutput (tests and logprob consumers)

@@ -13,6 +13,7 @@ from specworker.config import WorkerConfig
 from specworker.model_executor.layers.sampler import GREEDY_TEMPERATURE
 from specworker.sampling_params import SamplingParams
 from specworker.spec_decode.metrics import SpecDecodeStats
+from specworker.spec_decode.speculative_sampler import ReasoningConstraint
 from specworker.worker.block_manager import BlockManager
 from specworker.worker.model_runner import STEP_PHASES, ModelRunner, StepOutput
 from specworker.worker.request import FinishReason, RequestOutput, RequestState, RequestStatus
@@ -39,8 +40,10 @@ class Worker:
     before changing anything, so the worker stays usable after a rejected call.
     """
 
-    def __init__(self, config: WorkerConfig, *, model=None, proposer=None):
-        """Args: config; model / proposer: injected instances (tests); default: loaded from config."""
+    def __init__(self, config: WorkerConfig, *, model=None, proposer=None,
+                 reasoning: ReasoningConstraint | None = None):
+        """Args: config; model / proposer: injected instances (tests); default: loaded from config.
+        reasoning: the reasoning-phase constraint of a reasoning model's tokenizer (None: off)."""
         from specworker.worker.model_loading import build_model_and_proposer  # heavy imports, once
 
         if not isinstance(config, WorkerConfig):
@@ -53,7 +56,8 @@ class Worker:
         self.vocab_size = parts.vocab_size
         self.eos_token_ids = parts.eos_token_ids
         self.runner = ModelRunner(config, model=parts.model, kv_cache=parts.kv_cache, proposer=parts.proposer,
-                                  place=place, vocab_size=parts.vocab_size, eos_token_ids=parts.eos_token_ids)
+                                  place=place, vocab_size=parts.vocab_size, eos_token_ids=parts.eos_token_ids,
+                                  reasoning=reasoning)
         self.blocks = BlockManager(config.scheduler.num_blocks, config.scheduler.block_size)
         self.scheduler = Scheduler(config, self.blocks)
         self.k = config.speculative_config.num_speculative_tokens
