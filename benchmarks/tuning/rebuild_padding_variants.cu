@@ -7,7 +7,10 @@
 //   variant 2: as 1, 256 threads x 4 packs
 //   variant 3: as 1, 64 threads x 16 packs
 //   variant 4: as 1 with streaming stores (st.global.cs) and L2-only loads (ld.global.cg)
-//   variant 5: as 1, 2 rows per 256-thread block (the two row plans overlap)
+//   variant 5: as 1, 2 rows per 256-thread block (128 threads per row)
+//   variant 6: as 1, 4 rows per 512-thread block (128 threads per row)
+//   variant 7: as 2 with .cg loads + .cs stores
+//   variant 8: no plan at all (row r copies row r): the copy structure's own ceiling
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -94,14 +97,20 @@ __global__ void __launch_bounds__(kThreads) OneRow(const uint4* __restrict__ tmp
                                          threadIdx.x);
 }
 
-// Two rows per block: each half of the block plans and copies one row.
-__global__ void __launch_bounds__(256) TwoRows(const uint4* __restrict__ tmp, uint4* __restrict__ out, Args a,
-                                               int n, int rows) {
-  const int r = blockIdx.x * 2 + (threadIdx.x >> 7);
+// kRowsPerBlock rows per block: each 128-thread group plans and copies one row.
+template <int kRowsPerBlock>
+__global__ void __launch_bounds__(128 * kRowsPerBlock) MultiRow(const uint4* __restrict__ tmp,
+                                                                uint4* __restrict__ out, Args a, int n, int rows) {
+  const int r = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 7);
   if (r >= rows) return;
   const int64_t src = PlanFlat(r, a);
   CopyRow<128, 8, false>(src >= 0 ? tmp + src * n : nullptr, out + static_cast<int64_t>(r) * n, n,
                          threadIdx.x & 127);
+}
+
+__global__ void __launch_bounds__(128) NoPlan(const uint4* __restrict__ tmp, uint4* __restrict__ out, int n) {
+  const int64_t r = blockIdx.x;
+  CopyRow<128, 8, false>(tmp + r * n, out + r * n, n, threadIdx.x);
 }
 
 }  // namespace
@@ -120,7 +129,10 @@ extern "C" int rp_variant_launch(int variant, const void* tmp, const int32_t* cu
     case 2: OneRow<256, 4, true, false><<<rows, 256, 0, stream>>>(t, o, a, n); break;
     case 3: OneRow<64, 16, true, false><<<rows, 64, 0, stream>>>(t, o, a, n); break;
     case 4: OneRow<128, 8, true, true><<<rows, 128, 0, stream>>>(t, o, a, n); break;
-    case 5: TwoRows<<<(rows + 1) / 2, 256, 0, stream>>>(t, o, a, n, rows); break;
+    case 5: MultiRow<2><<<(rows + 1) / 2, 256, 0, stream>>>(t, o, a, n, rows); break;
+    case 6: MultiRow<4><<<(rows + 3) / 4, 512, 0, stream>>>(t, o, a, n, rows); break;
+    case 7: OneRow<256, 4, true, true><<<rows, 256, 0, stream>>>(t, o, a, n); break;
+    case 8: NoPlan<<<rows, 128, 0, stream>>>(t, o, n); break;
     default: return static_cast<int>(cudaErrorInvalidValue);
   }
   return static_cast<int>(cudaGetLastError());

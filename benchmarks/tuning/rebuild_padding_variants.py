@@ -25,7 +25,9 @@ from tests.gpu.harness import ptr, require_gpu  # noqa: E402
 
 P, I = ctypes.c_void_p, ctypes.c_int
 VARIANTS = {0: "before tuning: chained plan, 128 x 8", 1: "flat plan, 128 x 8", 2: "flat plan, 256 x 4",
-            3: "flat plan, 64 x 16", 4: "flat plan, 128 x 8, .cg loads + .cs stores", 5: "flat plan, 2 rows / block"}
+            3: "flat plan, 64 x 16", 4: "flat plan, 128 x 8, .cg loads + .cs stores", 5: "flat plan, 2 rows / block",
+            6: "flat plan, 4 rows / block", 7: "flat plan, 256 x 4, .cg loads + .cs stores",
+            8: "no plan (row r <- row r): copy-structure ceiling"}
 
 
 def build(cp) -> ctypes.CDLL:
