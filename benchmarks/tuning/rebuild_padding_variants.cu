@@ -11,6 +11,7 @@
 //   variant 6: as 1, 4 rows per 512-thread block (128 threads per row)
 //   variant 7: as 2 with .cg loads + .cs stores
 //   variant 8: no plan at all (row r copies row r): the copy structure's own ceiling
+//   variant 9: as 8 with .cg loads + .cs stores
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -108,9 +109,10 @@ __global__ void __launch_bounds__(128 * kRowsPerBlock) MultiRow(const uint4* __r
                          threadIdx.x & 127);
 }
 
+template <bool kStreaming>
 __global__ void __launch_bounds__(128) NoPlan(const uint4* __restrict__ tmp, uint4* __restrict__ out, int n) {
   const int64_t r = blockIdx.x;
-  CopyRow<128, 8, false>(tmp + r * n, out + r * n, n, threadIdx.x);
+  CopyRow<128, 8, kStreaming>(tmp + r * n, out + r * n, n, threadIdx.x);
 }
 
 }  // namespace
@@ -132,7 +134,8 @@ extern "C" int rp_variant_launch(int variant, const void* tmp, const int32_t* cu
     case 5: MultiRow<2><<<(rows + 1) / 2, 256, 0, stream>>>(t, o, a, n, rows); break;
     case 6: MultiRow<4><<<(rows + 3) / 4, 512, 0, stream>>>(t, o, a, n, rows); break;
     case 7: OneRow<256, 4, true, true><<<rows, 256, 0, stream>>>(t, o, a, n); break;
-    case 8: NoPlan<<<rows, 128, 0, stream>>>(t, o, n); break;
+    case 8: NoPlan<false><<<rows, 128, 0, stream>>>(t, o, n); break;
+    case 9: NoPlan<true><<<rows, 128, 0, stream>>>(t, o, n); break;
     default: return static_cast<int>(cudaErrorInvalidValue);
   }
   return static_cast<int>(cudaGetLastError());

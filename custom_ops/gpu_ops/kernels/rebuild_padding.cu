@@ -9,8 +9,8 @@
 //   (the row before the last prefill token; zeros when E_b == 1). All such writers write equal data.
 // Parallelisation: one block of kThreads per output row (grid = out_rows); the row's source is
 // computed by every thread from a handful of broadcast int32 loads issued together, then the
-// threads stream the row in packs of up to 16 bytes, kUnroll loads in flight per thread before
-// the stores.
+// threads stream the row in packs of up to 16 bytes (L2-only loads, streaming stores), kUnroll
+// loads in flight per thread before the stores.
 // Pack size: the largest of 16/8/4/2 bytes dividing the row's byte size and every data pointer,
 // so H * sizeof(T) % 16 == 0 with aligned tensors gets 16-byte LDG/STG; odd H (111) falls back
 // to one element per access.
@@ -75,11 +75,14 @@ __device__ __forceinline__ RowPlan PlanRow(int r, const Args& a) {
   return p;
 }
 
+// Loads go through L2 only (ld.global.cg: no row is read twice by a block, so L1 would only hold
+// dead lines) and stores stream (st.global.cs: evict-first; the next reader is lm_head, whose
+// weight stream evicts them anyway). Measured: benchmarks/tuning/rebuild_padding_variants.py.
 template <typename Pack>
 __device__ __forceinline__ void CopyRow(const Pack* __restrict__ src, Pack* __restrict__ dst,
                                         int n) {
   if (src == nullptr) {
-    for (int k = threadIdx.x; k < n; k += kThreads) dst[k] = Pack{};
+    for (int k = threadIdx.x; k < n; k += kThreads) __stcs(dst + k, Pack{});
     return;
   }
   for (int base = threadIdx.x; base < n; base += kThreads * kUnroll) {
@@ -87,12 +90,12 @@ __device__ __forceinline__ void CopyRow(const Pack* __restrict__ src, Pack* __re
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int k = base + u * kThreads;
-      if (k < n) v[u] = src[k];
+      if (k < n) v[u] = __ldcg(src + k);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int k = base + u * kThreads;
-      if (k < n) dst[k] = v[u];
+      if (k < n) __stcs(dst + k, v[u]);
     }
   }
 }
