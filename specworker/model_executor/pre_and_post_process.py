@@ -1,5 +1,6 @@
-"""pre_process (packed input side + output side of one step) and the logit-row gather after
-the forward. One code path for every device and both modes; no host read of a device value.
+"""pre_process (packed input side + output side of one step, one fused op; pre_process_unfused is
+the three-op definition it must equal) and the logit-row gather after the forward. One code path for
+every device and both modes; no host read of a device value.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ def pre_process(
     draft_tokens: paddle.Tensor | None = None,
     layout_version: int = 0,
 ) -> ForwardMeta:
-    """Packs the step's tokens and computes the output-side index tensors.
+    """Packs the step's tokens and computes the output-side index tensors, in one op.
 
     Args:
         input_ids: [bsz, S] int64, prompt tokens (prefill slots read input_ids[b, :L_b]).
@@ -33,14 +34,52 @@ def pre_process(
             draft_tokens[b, :L_b]: the last accepted token, then the drafts); None otherwise.
         layout_version: the InputBatch layout this meta is valid for.
     Returns:
-        ForwardMeta. Output side: O_b from speculate_get_seq_lens_output (1 per prefill slot,
-        L_b per decode slot, 0 when idle), then batch_id_per_token_output / cu_seqlens_q_output
-        from get_padding_offset(None, O, None, None, bsz * (k + 1)). Non-speculative batches
-        get the same two tensors with O_b = 1 per running slot, so consumers have one path.
+        ForwardMeta from speculate_pre_process (one CUDA launch), field by field equal to
+        pre_process_unfused's. Output side: O_b (1 per prefill slot, L_b per decode slot, 0 when
+        idle), batch_id_per_token_output [bsz * (k + 1)] and cu_seqlens_q_output. Non-speculative
+        batches get the same two tensors with O_b = 1 per running slot, so consumers have one path.
 
     Example (k = 2): L = [3, 0, 4], E = [0, 0, 4] -> cu_seqlens_q [0, 3, 3, 7];
     O = [3, 0, 1] -> cu_seqlens_q_output [0, 3, 3, 4], batch_id_per_token_output
     [0, 0, 0, 2, -1, -1, -1, -1, -1].
+    """
+    fused = ops.speculate_pre_process(
+        token_num_cpu, input_ids, seq_lens_this_time, draft_tokens, seq_lens_encoder, seq_lens_decoder
+    )
+    num_draft_tokens = 0 if draft_tokens is None else draft_tokens.shape[1] - 1
+    return ForwardMeta(
+        ids_remove_padding=fused.ids_remove_padding,
+        batch_id_per_token=fused.batch_id_per_token,
+        cu_seqlens_q=fused.cu_seqlens_q,
+        cu_seqlens_k=fused.cu_seqlens_k,
+        seq_lens_this_time=seq_lens_this_time,
+        seq_lens_encoder=seq_lens_encoder,
+        seq_lens_decoder=seq_lens_decoder,
+        seq_lens_output=fused.seq_lens_output,
+        batch_id_per_token_output=fused.batch_id_per_token_output,
+        cu_seqlens_q_output=fused.cu_seqlens_q_output,
+        token_num=token_num_cpu,
+        output_capacity=seq_lens_this_time.shape[0] * (num_draft_tokens + 1),
+        num_draft_tokens=num_draft_tokens,
+        layout_version=layout_version,
+    )
+
+
+def pre_process_unfused(
+    *,
+    input_ids: paddle.Tensor,
+    seq_lens_this_time: paddle.Tensor,
+    seq_lens_encoder: paddle.Tensor,
+    seq_lens_decoder: paddle.Tensor,
+    token_num_cpu: int,
+    draft_tokens: paddle.Tensor | None = None,
+    layout_version: int = 0,
+) -> ForwardMeta:
+    """pre_process as three ops (SPEC §4.3), kept as the definition the fused op must equal.
+
+    Same arguments and result as pre_process: get_padding_offset (input side),
+    speculate_get_seq_lens_output (O_b), then get_padding_offset(None, O, None, None,
+    bsz * (k + 1)) for the output side; no host read (the capacity is a bound, not T_out).
     """
     num_draft_tokens = 0 if draft_tokens is None else draft_tokens.shape[1] - 1
     packed = ops.get_padding_offset(

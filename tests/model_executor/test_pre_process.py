@@ -1,6 +1,8 @@
-"""pre_process: literal and randomized cases, the host-read guard, and review defects 1, 2, 3, 6."""
+"""pre_process: literal and randomized cases, fused == unfused field by field, the host-read guard,
+and review defects 1, 2, 3, 6."""
 
 import ast
+import dataclasses
 import inspect
 
 import numpy as np
@@ -9,7 +11,7 @@ import pytest
 
 from specworker.model_executor import ops, pre_and_post_process
 from specworker.model_executor.forward_meta import ForwardMeta, StaleForwardMetaError
-from specworker.model_executor.pre_and_post_process import gather_logit_rows, pre_process
+from specworker.model_executor.pre_and_post_process import gather_logit_rows, pre_process, pre_process_unfused
 from tests.cases import all_cases, make_step_batch
 from tests.reference.pre_process import ref_pre_process
 from tests.sync_guard import HostReadError, forbid_host_reads
@@ -29,18 +31,21 @@ def _non_speculative(batch):
     return batch
 
 
-def _run(batch, speculative, capacity=None):
+def _inputs(batch, speculative, capacity=None):
     if not speculative:
         _non_speculative(batch)
-    token_num = batch.token_num if capacity is None else capacity
-    return pre_process(
+    return dict(
         input_ids=_t(batch.input_ids),
         seq_lens_this_time=_t(batch.seq_lens_this_time),
         seq_lens_encoder=_t(batch.seq_lens_encoder),
         seq_lens_decoder=_t(batch.seq_lens_decoder),
-        token_num_cpu=token_num,
+        token_num_cpu=batch.token_num if capacity is None else capacity,
         draft_tokens=_t(batch.draft_tokens) if speculative else None,
     )
+
+
+def _run(batch, speculative, capacity=None):
+    return pre_process(**_inputs(batch, speculative, capacity))
 
 
 def _assert_matches_reference(meta, batch, speculative, capacity=None):
@@ -113,6 +118,42 @@ def test_pre_process_zero_tokens():
     assert meta.token_num == 0 and meta.cu_seqlens_q_output.numpy().tolist() == [0] * 6
 
 
+def _assert_same_meta(fused, unfused):
+    for field in dataclasses.fields(ForwardMeta):
+        a, b = getattr(fused, field.name), getattr(unfused, field.name)
+        if isinstance(b, paddle.Tensor):
+            assert a.dtype == b.dtype and a.shape == b.shape, (field.name, a.dtype, a.shape, b.dtype, b.shape)
+            np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=field.name)
+        else:
+            assert type(a) is type(b) and a == b, (field.name, a, b)
+
+
+@pytest.mark.parametrize("extra", [0, 9])
+@pytest.mark.parametrize("speculative", [True, False], ids=["spec", "nonspec"])
+@pytest.mark.parametrize("bsz, kind, seed", all_cases())
+def test_pre_process_fused_equals_unfused_field_by_field(bsz, kind, seed, speculative, extra):
+    """pre_process (one speculate_pre_process op) and pre_process_unfused (three ops) build the same
+    ForwardMeta: every tensor field equal in dtype, shape and value, every host field equal."""
+    batch = make_step_batch(np.random.default_rng(seed), bsz, kind)
+    inputs = _inputs(batch, speculative, capacity=batch.token_num + extra)
+    fused = pre_process(**inputs, layout_version=seed)
+    unfused = pre_process_unfused(**inputs, layout_version=seed)
+    fused.check()
+    _assert_same_meta(fused, unfused)
+
+
+def test_pre_process_fused_equality_check_can_fail():
+    """The field-by-field comparison catches a one-entry difference in an output-side tensor."""
+    batch = make_step_batch(np.random.default_rng(2), 17, "mixed")
+    inputs = _inputs(batch, True)
+    fused, unfused = pre_process(**inputs), pre_process_unfused(**inputs)
+    broken = fused.batch_id_per_token_output.numpy().copy()
+    broken[-1] = 0
+    fused.batch_id_per_token_output = _t(broken)
+    with pytest.raises(AssertionError, match="batch_id_per_token_output"):
+        _assert_same_meta(fused, unfused)
+
+
 @pytest.mark.parametrize("speculative", [True, False])
 def test_pre_process_reads_no_device_value_on_host(speculative):
     """SPEC §2: the step path never reads a device value on the host (no .item()/.numpy()/bool())."""
@@ -167,17 +208,24 @@ def test_pre_process_defect2_single_return_type():
     assert inspect.signature(pre_process).return_annotation in (ForwardMeta, "ForwardMeta")
 
 
-def test_pre_process_defect3_output_side_copies_no_input_ids(monkeypatch):
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
+def test_pre_process_defect3_output_side_copies_no_input_ids(monkeypatch, fused):
     """Defect 3: the refactor passed `input_ids + 0` to the output-side get_padding_offset only to
-    discard the packed ids. Ours calls it index-only (input_ids=None) and never copies input_ids."""
-    calls = []
-    real = ops.get_padding_offset
+    discard the packed ids. Ours hands input_ids itself to exactly one op (the fused op, or the
+    input-side get_padding_offset with the output side index-only) and never copies it."""
+    calls = {"get_padding_offset": [], "speculate_pre_process": []}
+    real_gpo, real_spp = ops.get_padding_offset, ops.speculate_pre_process
 
-    def spy(input_ids, *args):
-        calls.append(input_ids)
-        return real(input_ids, *args)
+    def spy_gpo(input_ids, *args):
+        calls["get_padding_offset"].append(input_ids)
+        return real_gpo(input_ids, *args)
 
-    monkeypatch.setattr(ops, "get_padding_offset", spy)
+    def spy_spp(token_num_cpu, input_ids, *args):
+        calls["speculate_pre_process"].append(input_ids)
+        return real_spp(token_num_cpu, input_ids, *args)
+
+    monkeypatch.setattr(ops, "get_padding_offset", spy_gpo)
+    monkeypatch.setattr(ops, "speculate_pre_process", spy_spp)
     batch = make_step_batch(np.random.default_rng(7), 17, "mixed")
     input_ids = _t(batch.input_ids)
     copies = []
@@ -190,10 +238,15 @@ def test_pre_process_defect3_output_side_copies_no_input_ids(monkeypatch):
             return _orig(self, *a, **k)
 
         monkeypatch.setattr(paddle.Tensor, name, watch)
-    pre_process(input_ids=input_ids, seq_lens_this_time=_t(batch.seq_lens_this_time),
-                seq_lens_encoder=_t(batch.seq_lens_encoder), seq_lens_decoder=_t(batch.seq_lens_decoder),
-                token_num_cpu=batch.token_num, draft_tokens=_t(batch.draft_tokens))
-    assert len(calls) == 2 and calls[0] is input_ids and calls[1] is None, calls
+    (pre_process if fused else pre_process_unfused)(
+        input_ids=input_ids, seq_lens_this_time=_t(batch.seq_lens_this_time),
+        seq_lens_encoder=_t(batch.seq_lens_encoder), seq_lens_decoder=_t(batch.seq_lens_decoder),
+        token_num_cpu=batch.token_num, draft_tokens=_t(batch.draft_tokens))
+    gpo, spp = calls["get_padding_offset"], calls["speculate_pre_process"]
+    if fused:
+        assert not gpo and len(spp) == 1 and spp[0] is input_ids, calls
+    else:
+        assert not spp and len(gpo) == 2 and gpo[0] is input_ids and gpo[1] is None, calls
     assert not copies, f"input_ids was copied via {copies}"
 
 

@@ -8,8 +8,9 @@
 //   enable_logprob: a block whose row belongs to a prefill slot b also writes first_token_out[b]
 //   (the row before the last prefill token; zeros when E_b == 1). All such writers write equal data.
 // Parallelisation: one block of kThreads per output row (grid = out_rows); the row's source is
-// computed by every thread from a handful of broadcast int32 loads, then the threads stream the
-// row in packs of up to 16 bytes, kUnroll loads in flight per thread before the stores.
+// computed by every thread from a handful of broadcast int32 loads issued together, then the
+// threads stream the row in packs of up to 16 bytes (L2-only loads, streaming stores), kUnroll
+// loads in flight per thread before the stores.
 // Pack size: the largest of 16/8/4/2 bytes dividing the row's byte size and every data pointer,
 // so H * sizeof(T) % 16 == 0 with aligned tensors gets 16-byte LDG/STG; odd H (111) falls back
 // to one element per access.
@@ -41,30 +42,29 @@ struct RowPlan {
   int64_t first_src;  // tmp_out row for first_token_out[first_slot]; -1: zeros
 };
 
-// The same checks, in the same order, as RebuildPaddingCPU's PlanRow (cpu_ops/rebuild_padding.cc);
-// where that one raises, this one returns a zero row.
+// The same checks as RebuildPaddingCPU's PlanRow (cpu_ops/rebuild_padding.cc); where that one
+// raises, this one returns a zero row. Every per-slot value is loaded before any of them is
+// tested, so the loads overlap: two dependent load rounds (batch id, then the slot's values)
+// before the row's data instead of five when each test guards the next load
+// (benchmarks/tuning/rebuild_padding_variants.py measures both).
 __device__ __forceinline__ RowPlan PlanRow(int r, const Args& a) {
   RowPlan p{-1, -1, -1};
-  int b = r;
-  if (a.batch_id_per_token_output != nullptr) {
-    b = a.batch_id_per_token_output[r];
-    if (b < 0 || b >= a.bsz) return p;  // -1: past T_out; anything else is out of range
-  }
+  const bool indexed = a.batch_id_per_token_output != nullptr;
+  const int b = indexed ? a.batch_id_per_token_output[r] : r;
+  if (b < 0 || b >= a.bsz) return p;  // -1: past T_out; anything else is out of range
   const int len = a.seq_len_this_time[b];
   const int enc = a.seq_lens_encoder[b];
+  const int dec = a.seq_lens_decoder[b];
+  const int64_t start = a.cu_seqlens_q[b];
+  const int row_begin = indexed ? a.cu_seqlens_q_output[b] : 0;
+  const int row_end = indexed ? a.cu_seqlens_q_output[b + 1] : 1;
   if (len < 0 || enc < 0) return p;
   // Idle slot, or FastDeploy's skip of a slot with neither prompt nor cache.
-  if (len == 0 || (enc == 0 && a.seq_lens_decoder[b] == 0)) return p;
+  if (len == 0 || (enc == 0 && dec == 0)) return p;
   if (enc > len) return p;
-  const int64_t start = a.cu_seqlens_q[b];
   if (start < 0 || start + len > a.token_num) return p;
-  int local = 0;
-  if (a.batch_id_per_token_output != nullptr) {
-    const int row_begin = a.cu_seqlens_q_output[b];
-    const int row_end = a.cu_seqlens_q_output[b + 1];
-    if (r < row_begin || r >= row_end) return p;
-    local = r - row_begin;
-  }
+  const int local = indexed ? r - row_begin : 0;
+  if (indexed && (r < row_begin || r >= row_end)) return p;
   if (enc > 0) {
     p.src = start + enc - 1;
     p.first_slot = b;
@@ -75,11 +75,14 @@ __device__ __forceinline__ RowPlan PlanRow(int r, const Args& a) {
   return p;
 }
 
+// Loads go through L2 only (ld.global.cg: no row is read twice by a block, so L1 would only hold
+// dead lines) and stores stream (st.global.cs: evict-first; the next reader is lm_head, whose
+// weight stream evicts them anyway). Measured: benchmarks/tuning/rebuild_padding_variants.py.
 template <typename Pack>
 __device__ __forceinline__ void CopyRow(const Pack* __restrict__ src, Pack* __restrict__ dst,
                                         int n) {
   if (src == nullptr) {
-    for (int k = threadIdx.x; k < n; k += kThreads) dst[k] = Pack{};
+    for (int k = threadIdx.x; k < n; k += kThreads) __stcs(dst + k, Pack{});
     return;
   }
   for (int base = threadIdx.x; base < n; base += kThreads * kUnroll) {
@@ -87,12 +90,12 @@ __device__ __forceinline__ void CopyRow(const Pack* __restrict__ src, Pack* __re
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int k = base + u * kThreads;
-      if (k < n) v[u] = src[k];
+      if (k < n) v[u] = __ldcg(src + k);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int k = base + u * kThreads;
-      if (k < n) dst[k] = v[u];
+      if (k < n) __stcs(dst + k, v[u]);
     }
   }
 }

@@ -11,6 +11,8 @@ from specworker.model_executor.ops.index_ops import (  # noqa: F401
     PaddingOffsetOutput,
     get_padding_offset,
     speculate_get_seq_lens_output,
+    SpeculatePreProcessOutput,
+    speculate_pre_process,
     rebuild_padding,
 )
 from specworker.model_executor.ops.sampling_ops import (  # noqa: F401
@@ -43,6 +45,8 @@ __all__ = [
     "PaddingOffsetOutput",
     "get_padding_offset",
     "speculate_get_seq_lens_output",
+    "SpeculatePreProcessOutput",
+    "speculate_pre_process",
     "rebuild_padding",
     "TopPCandidatesOutput",
     "top_p_candidates",

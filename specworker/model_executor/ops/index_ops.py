@@ -1,5 +1,6 @@
 """Wrappers of the index ops: packing (get_padding_offset), output rows (speculate_get_seq_lens_output),
-the logit-row gather (rebuild_padding) and the trivial get_cu_seqlens."""
+the fused pre_process op (speculate_pre_process), the logit-row gather (rebuild_padding) and the
+trivial get_cu_seqlens."""
 
 from __future__ import annotations
 
@@ -183,3 +184,69 @@ def rebuild_padding(
         bool(enable_logprob),
     )
     return out[0] if isinstance(out, (list, tuple)) else out
+
+
+class SpeculatePreProcessOutput(NamedTuple):
+    """speculate_pre_process's outputs: FastDeploy's seven, in its order, then seq_lens_output."""
+
+    ids_remove_padding: paddle.Tensor  # [token_num_cpu] int64, -1 past T
+    batch_id_per_token: paddle.Tensor  # [token_num_cpu] int32, -1 past T
+    cu_seqlens_q: paddle.Tensor  # [bsz + 1] int32
+    cu_seqlens_k: paddle.Tensor  # [bsz + 1] int32, equal to cu_seqlens_q
+    cu_seqlens_q_output: paddle.Tensor  # [bsz + 1] int32, exclusive prefix sum of O_b
+    batch_id_per_token_output: paddle.Tensor  # [bsz * D] int32, -1 past T_out
+    real_output_token_num: paddle.Tensor  # [1] int32, T_out (= cu_seqlens_q_output[bsz]), on the device
+    seq_lens_output: paddle.Tensor  # [bsz] int32, O_b
+
+
+def speculate_pre_process(
+    token_num_cpu: int,
+    input_ids: paddle.Tensor,
+    seq_lens_this_time: paddle.Tensor,
+    draft_tokens: paddle.Tensor | None,
+    seq_lens_encoder: paddle.Tensor,
+    seq_lens_decoder: paddle.Tensor,
+) -> SpeculatePreProcessOutput:
+    """pre_process's index tensors in one op (one CUDA launch); FastDeploy's argument order.
+
+    Equal to get_padding_offset(input_ids, L, draft_tokens, E if draft_tokens else None,
+    token_num_cpu) for the input side, O = speculate_get_seq_lens_output(L, E, Dec) and
+    get_padding_offset(None, O, None, None, bsz * D) for the output side, with D =
+    draft_tokens.shape[1] (1 without drafts). No host read: T_out stays on the device.
+
+    Args:
+        token_num_cpu: input-side capacity (a host int), >= T = sum(seq_lens_this_time).
+        input_ids: [N, S] int64, N >= bsz; prefill slots (and every slot without drafts) read
+            input_ids[b, :L_b].
+        seq_lens_this_time: [bsz] (or [bsz, 1]) int32, L_b >= 0.
+        draft_tokens: [N, D] int64 (decode slots read draft_tokens[b, :L_b]), or None for a
+            non-speculative step.
+        seq_lens_encoder: [bsz] (or [bsz, 1]) int32, E_b (> 0: prefill; != 0: one logit row).
+        seq_lens_decoder: [bsz] (or [bsz, 1]) int32; unused, shape-checked (FastDeploy signature).
+    Returns:
+        SpeculatePreProcessOutput (see its fields).
+    Raises:
+        ValueError: wrong dtype/shape; on CPU also L_b < 0, T > token_num_cpu, L_b > D on a decode
+            slot, L_b > S on a slot reading input_ids, T_out > bsz * D. On GPU those cannot be
+            raised without a host sync; the kernel stays in bounds like the unfused kernels.
+        TypeError: token_num_cpu is not an integer.
+
+    Example (slot 0 decodes 3 tokens, slot 1 idle, slot 2 prefills 4; D = 3, token_num_cpu = 7):
+        input_ids [[10, 11, 12, 13], [20, 21, 22, 23], [30, 31, 32, 33]], draft_tokens
+        [[7, 8, 9], [-1, -1, -1], [-1, -1, -1]], seq_lens_this_time [3, 0, 4],
+        seq_lens_encoder [0, 0, 4]
+        -> ids_remove_padding [7, 8, 9, 30, 31, 32, 33], batch_id_per_token [0, 0, 0, 2, 2, 2, 2],
+           cu_seqlens_q = cu_seqlens_k [0, 3, 3, 7], seq_lens_output [3, 0, 1],
+           cu_seqlens_q_output [0, 3, 3, 4], real_output_token_num [4],
+           batch_id_per_token_output [0, 0, 0, 2, -1, -1, -1, -1, -1].
+    """
+    if isinstance(token_num_cpu, bool) or not isinstance(token_num_cpu, numbers.Integral):
+        raise TypeError(
+            f"speculate_pre_process: token_num_cpu must be a host int, got {type(token_num_cpu).__name__}")
+    if draft_tokens is not None and draft_tokens.ndim == 2 and draft_tokens.shape[1] == 0:
+        # Paddle would hand the empty tensor to the op as None (non-speculative), silently.
+        raise ValueError("speculate_pre_process: draft_tokens has shape "
+                         f"{list(draft_tokens.shape)}, expected [N, k + 1] with k >= 0")
+    outs = _run("speculate_pre_process", input_ids, seq_lens_this_time, draft_tokens, seq_lens_encoder,
+                seq_lens_decoder, int(token_num_cpu))
+    return SpeculatePreProcessOutput(*outs)
