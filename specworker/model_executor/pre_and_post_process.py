@@ -5,6 +5,8 @@ every device and both modes; no host read of a device value.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import paddle
 
 from specworker.model_executor import ops
@@ -20,6 +22,7 @@ def pre_process(
     token_num_cpu: int,
     draft_tokens: paddle.Tensor | None = None,
     layout_version: int = 0,
+    step_buffers: Mapping[str, paddle.Tensor] | None = None,
 ) -> ForwardMeta:
     """Packs the step's tokens and computes the output-side index tensors, in one op.
 
@@ -33,6 +36,11 @@ def pre_process(
         draft_tokens: [bsz, k + 1] int64 when speculative (decode slots read
             draft_tokens[b, :L_b]: the last accepted token, then the drafts); None otherwise.
         layout_version: the InputBatch layout this meta is valid for.
+        step_buffers: the batch's persistent PER_STEP buffers (share_inputs: ids_remove_padding,
+            batch_id_per_token, cu_seqlens_q, cu_seqlens_k, seq_lens_output, batch_id_per_token_output,
+            cu_seqlens_q_output). When given, the results are written into them in place and the
+            ForwardMeta refers to them (the first token_num rows of the per-token ones), so every index
+            tensor the step reads lives at a fixed address (CUDA-graph capture). None: fresh tensors.
     Returns:
         ForwardMeta from speculate_pre_process (one CUDA launch), field by field equal to
         pre_process_unfused's. Output side: O_b (1 per prefill slot, L_b per decode slot, 0 when
@@ -47,6 +55,8 @@ def pre_process(
         token_num_cpu, input_ids, seq_lens_this_time, draft_tokens, seq_lens_encoder, seq_lens_decoder
     )
     num_draft_tokens = 0 if draft_tokens is None else draft_tokens.shape[1] - 1
+    if step_buffers is not None:
+        fused = _persist(fused, step_buffers, token_num_cpu)
     return ForwardMeta(
         ids_remove_padding=fused.ids_remove_padding,
         batch_id_per_token=fused.batch_id_per_token,
@@ -63,6 +73,31 @@ def pre_process(
         num_draft_tokens=num_draft_tokens,
         layout_version=layout_version,
     )
+
+
+PER_TOKEN_FIELDS = ("ids_remove_padding", "batch_id_per_token")  # [token_num] views of [capacity] buffers
+STEP_FIELDS = PER_TOKEN_FIELDS + ("cu_seqlens_q", "cu_seqlens_k", "seq_lens_output", "batch_id_per_token_output",
+                                  "cu_seqlens_q_output")
+
+
+def _persist(fused, buffers: Mapping[str, paddle.Tensor], token_num: int):
+    """Copies the op's results into the persistent buffers (in place) and returns views of them."""
+    views = {}
+    for name in STEP_FIELDS:
+        buffer, value = buffers[name], getattr(fused, name)
+        if name in PER_TOKEN_FIELDS:
+            if token_num > buffer.shape[0]:
+                raise ValueError(f"pre_process: token_num_cpu = {token_num}; allowed: at most the {name} buffer's "
+                                 f"{buffer.shape[0]} rows (scheduler.max_num_batched_tokens)")
+            buffer[:token_num] = value
+            views[name] = buffer[:token_num]
+        else:
+            if list(buffer.shape) != list(value.shape):
+                raise ValueError(f"pre_process: step buffer {name} is {list(buffer.shape)}, the op's result "
+                                 f"{list(value.shape)}")
+            paddle.assign(value, output=buffer)
+            views[name] = buffer
+    return fused._replace(**views)
 
 
 def pre_process_unfused(

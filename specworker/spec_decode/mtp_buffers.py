@@ -3,7 +3,7 @@ kind"), declared like the target's and moved row by row with it. FastDeploy's pr
 
 from __future__ import annotations
 
-from specworker.worker.buffers import NO_TOKEN, BufferKind, BufferSpec, check_table
+from specworker.worker.buffers import NO_TOKEN, TARGET_BUFFERS, BufferKind, BufferSpec, check_table
 
 __all__ = ["DRAFT_BUFFERS"]
 
@@ -26,5 +26,7 @@ DRAFT_BUFFERS: tuple[BufferSpec, ...] = (
     BufferSpec("last_hidden", (N, "hidden_size"), "float32", 0.0, BufferKind.PER_STEP, False,
                "each slot's last draft hidden row, input of the next substep (rebuilt every substep)"),
     BufferSpec("not_need_stop", (1,), "bool", False, BufferKind.GLOBAL, False, "some draft slot runs"),
+    # the draft's own packed index tensors, rebuilt by pre_process every substep (same specs as the target's)
+    *(spec for spec in TARGET_BUFFERS if spec.kind is BufferKind.PER_STEP),
 )
 check_table(DRAFT_BUFFERS)

@@ -93,7 +93,8 @@ class MTPProposer(Proposer):
             dmeta = pre_process(
                 input_ids=d["input_ids"], seq_lens_this_time=d["seq_lens_this_time"],
                 seq_lens_encoder=d["seq_lens_encoder"], seq_lens_decoder=d["seq_lens_decoder"],
-                token_num_cpu=token_num, draft_tokens=d["draft_tokens"], layout_version=self.batch.layout_version)
+                token_num_cpu=token_num, draft_tokens=d["draft_tokens"], layout_version=self.batch.layout_version,
+                step_buffers=d)
             if substep > 0:  # later substeps continue from the draft's own last hidden row of each slot
                 prev_hidden = paddle.gather(d["last_hidden"], paddle.clip(dmeta.batch_id_per_token, min=0))
             hidden = self.draft.forward(dmeta.ids_remove_padding, prev_hidden[:token_num], dmeta, self.kv_cache,

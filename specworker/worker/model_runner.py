@@ -117,7 +117,7 @@ class ModelRunner:
             input_ids=si["input_ids"], seq_lens_this_time=si["seq_lens_this_time"],
             seq_lens_encoder=si["seq_lens_encoder"], seq_lens_decoder=si["seq_lens_decoder"],
             token_num_cpu=max(token_num, 1), draft_tokens=si["draft_tokens"],
-            layout_version=self.input_batch.layout_version)
+            layout_version=self.input_batch.layout_version, step_buffers=si)
         if self.config.debug_checks:
             meta.check()
         t1 = time.perf_counter()

@@ -91,3 +91,25 @@ def test_model_runner_rejects_meta_made_stale_during_the_step(monkeypatch):
     monkeypatch.setattr(model, "compute_logits", reorder_inside)
     with pytest.raises(StaleForwardMetaError, match="the speculative sampler"):
         worker.step()
+
+
+def test_model_runner_index_tensors_live_in_the_step_buffers(monkeypatch):
+    """pre_process writes the step's index tensors into the batch's PER_STEP buffers (fixed addresses for
+    graph capture) and the ForwardMeta the model sees refers to those buffers."""
+    worker = Worker(make_config())
+    worker.add_request("a", [1, 2, 3], SamplingParams(max_tokens=2, temperature=0.0))
+    worker.add_request("b", [4, 5], SamplingParams(max_tokens=2, temperature=0.0))
+    si = worker.input_batch.share_inputs
+    seen = {}
+    original = worker.runner.model.forward
+
+    def spy(ids, meta, *rest):
+        seen.update(ids=ids.data_ptr(), cu=meta.cu_seqlens_q.data_ptr(), out=meta.batch_id_per_token_output.data_ptr())
+        return original(ids, meta, *rest)
+
+    monkeypatch.setattr(worker.runner.model, "forward", spy)
+    worker.step()
+    assert seen == {"ids": si["ids_remove_padding"].data_ptr(), "cu": si["cu_seqlens_q"].data_ptr(),
+                    "out": si["batch_id_per_token_output"].data_ptr()}
+    assert si["cu_seqlens_q"].numpy()[:3].tolist() == [0, 3, 5]
+    assert si["ids_remove_padding"].numpy()[:5].tolist() == [1, 2, 3, 4, 5]
