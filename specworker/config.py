@@ -27,8 +27,8 @@ BUILTIN_PREFIX = "builtin:"
 # Built-in target models and their architecture. Byte-level: 256 byte ids plus bos, eos and pad
 # (the tokenizer owns the special ids).
 BUILTIN_TARGETS: dict[str, dict[str, Any]] = {
-    "builtin:tiny": dict(vocab_size=259, hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
-                         intermediate_size=384, rope_theta=10000.0, rms_norm_eps=1e-6),
+    "builtin:tiny": dict(vocab_size=259, hidden_size=192, num_layers=4, num_heads=6, num_kv_heads=2,
+                         intermediate_size=512, rope_theta=10000.0, rms_norm_eps=1e-6),
 }
 # Built-in MTP drafts -> the built-in target whose embedding, final norm and lm_head they share (SPEC §5).
 BUILTIN_DRAFTS = {"builtin:tiny-mtp": "builtin:tiny"}

@@ -87,9 +87,9 @@ BAD_CONFIGS = [
     bad("zero_verify_window", {"speculative_config.verify_window": 0}, "speculative_config.verify_window", "0",
         "an integer >= 1"),
     bad("head_dim_not_integral", {"model.hidden_size": 130}, "model.hidden_size", "130",
-        "a multiple of model.num_heads = 4"),
-    bad("kv_heads_not_a_divisor", {"model.num_kv_heads": 3}, "model.num_kv_heads", "3",
-        "a divisor of model.num_heads = 4"),
+        "a multiple of model.num_heads = 6"),
+    bad("kv_heads_not_a_divisor", {"model.num_kv_heads": 4}, "model.num_kv_heads", "4",
+        "a divisor of model.num_heads = 6"),
     # bad enum values
     bad("bad_dtype", {"model.dtype": "fp16"}, "model.dtype", "'fp16'", "'float32', 'float16', 'bfloat16'"),
     bad("bad_method", {"speculative_config.method": "eagle"}, "speculative_config.method", "'eagle'",
@@ -220,8 +220,8 @@ def test_config_derived_values_are_properties_not_fields():
 
 def test_config_builtin_architecture_defaults_and_overrides():
     assert ModelConfig().vocab_size == 259 and ModelConfig().head_dim == 32
-    model = config_from_dict({"model": {"num_layers": 4, "rope_theta": 500}}).model
-    assert model.num_layers == 4 and model.hidden_size == 128
+    model = config_from_dict({"model": {"num_layers": 6, "rope_theta": 500}}).model
+    assert model.num_layers == 6 and model.hidden_size == 192
     assert model.rope_theta == 500.0 and isinstance(model.rope_theta, float)  # an int is accepted for a float
 
 

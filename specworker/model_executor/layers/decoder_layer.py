@@ -1,0 +1,108 @@
+"""One Llama decoder block (RMSNorm -> GQA attention with RoPE -> residual -> RMSNorm -> SwiGLU -> residual),
+shared by the target and the MTP draft. Two paths over the same weights (stored [in, out]):
+  forward       inference: packed tokens, ops.batch_invariant_linear, ops.paged_attention (batch invariant);
+  forward_train training: [B, L] sequences, paddle.matmul, dense causal attention, autograd.
+"""
+
+from __future__ import annotations
+
+import math
+
+import paddle
+import paddle.nn.functional as F
+
+from specworker.model_executor import ops
+from specworker.model_executor.forward_meta import ForwardMeta
+from specworker.model_executor.layers.elementwise import rowwise
+from specworker.model_executor.layers.rms_norm import RMSNorm
+from specworker.model_executor.layers.rotary import apply_rotary
+
+INIT_STD = 0.02
+
+
+def make_weight(layer: paddle.nn.Layer, shape: list[int], std: float = INIT_STD) -> paddle.Tensor:
+    """A float32 parameter of `shape`, normal(0, std) initialised (the training script's init)."""
+    return layer.create_parameter(shape, dtype="float32", default_initializer=paddle.nn.initializer.Normal(0.0, std))
+
+
+class Attention(paddle.nn.Layer):
+    """Grouped-query self-attention: query head h reads kv head h // (num_heads // num_kv_heads)."""
+
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, out_std: float):
+        super().__init__()
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
+        self.head_dim = hidden_size // num_heads
+        self.q_width, self.kv_width = num_heads * self.head_dim, num_kv_heads * self.head_dim
+        self.qkv_proj = make_weight(self, [hidden_size, self.q_width + 2 * self.kv_width])
+        self.o_proj = make_weight(self, [self.q_width, hidden_size], out_std)
+
+    def forward(self, x, cos, sin, meta: ForwardMeta, key_cache, value_cache, block_tables):
+        """Inference. x [T, H]; cos/sin [T, head_dim / 2]; caches [num_blocks, kv_heads, block_size, head_dim]."""
+        t = x.shape[0]
+        qkv = ops.batch_invariant_linear(x, self.qkv_proj)
+        q, k, v = paddle.split(qkv, [self.q_width, self.kv_width, self.kv_width], axis=-1)
+        q = apply_rotary(q.reshape([t, self.num_heads, self.head_dim]), cos, sin)
+        k = apply_rotary(k.reshape([t, self.num_kv_heads, self.head_dim]), cos, sin)
+        v = v.reshape([t, self.num_kv_heads, self.head_dim])
+        out = ops.paged_attention(q, k, v, key_cache, value_cache, block_tables, meta.cu_seqlens_q,
+                                  meta.seq_lens_decoder, meta.seq_lens_this_time, meta.batch_id_per_token)
+        return ops.batch_invariant_linear(out.reshape([t, self.q_width]), self.o_proj)  # [T, H]
+
+    def forward_train(self, x, cos, sin):
+        """Training. x [B, L, H]; cos/sin [L, head_dim / 2]. Returns [B, L, H]."""
+        b, length = x.shape[0], x.shape[1]
+        qkv = paddle.matmul(x, self.qkv_proj)
+        q, k, v = paddle.split(qkv, [self.q_width, self.kv_width, self.kv_width], axis=-1)
+        q = apply_rotary(q.reshape([b, length, self.num_heads, self.head_dim]), cos, sin)
+        k = apply_rotary(k.reshape([b, length, self.num_kv_heads, self.head_dim]), cos, sin)
+        v = v.reshape([b, length, self.num_kv_heads, self.head_dim])
+        q, k, v = (a.transpose([0, 2, 1, 3]) for a in (q, k, v))  # [B, heads, L, head_dim]
+        group = self.num_heads // self.num_kv_heads
+        if group > 1:
+            k, v = paddle.repeat_interleave(k, group, axis=1), paddle.repeat_interleave(v, group, axis=1)
+        scores = paddle.matmul(q, k, transpose_y=True) / math.sqrt(self.head_dim)  # [B, heads, L, L]
+        causal = paddle.triu(paddle.full([length, length], float("-inf"), dtype=scores.dtype), diagonal=1)
+        out = paddle.matmul(F.softmax(scores + causal, axis=-1), v)  # [B, heads, L, head_dim]
+        return paddle.matmul(out.transpose([0, 2, 1, 3]).reshape([b, length, self.q_width]), self.o_proj)
+
+
+class SwiGLU(paddle.nn.Layer):
+    """down(silu(gate(x)) * up(x)), gate and up fused in one [H, 2I] weight (gate first)."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, out_std: float):
+        super().__init__()
+        self.intermediate_size = intermediate_size
+        self.gate_up_proj = make_weight(self, [hidden_size, 2 * intermediate_size])
+        self.down_proj = make_weight(self, [intermediate_size, hidden_size], out_std)
+
+    def forward(self, x):
+        """Inference. x [T, H] -> [T, H]."""
+        gate, up = paddle.split(ops.batch_invariant_linear(x, self.gate_up_proj), 2, axis=-1)
+        return ops.batch_invariant_linear(rowwise(F.silu, gate) * up, self.down_proj)
+
+    def forward_train(self, x):
+        """Training. x [B, L, H] -> [B, L, H]."""
+        gate, up = paddle.split(paddle.matmul(x, self.gate_up_proj), 2, axis=-1)
+        return paddle.matmul(F.silu(gate) * up, self.down_proj)
+
+
+class DecoderLayer(paddle.nn.Layer):
+    """Pre-norm block; out_std scales the init of the two residual-branch output projections."""
+
+    def __init__(self, *, hidden_size: int, num_heads: int, num_kv_heads: int, intermediate_size: int,
+                 rms_norm_eps: float, out_std: float = INIT_STD):
+        super().__init__()
+        self.input_norm = RMSNorm(hidden_size, rms_norm_eps)
+        self.attn = Attention(hidden_size, num_heads, num_kv_heads, out_std)
+        self.post_attn_norm = RMSNorm(hidden_size, rms_norm_eps)
+        self.mlp = SwiGLU(hidden_size, intermediate_size, out_std)
+
+    def forward(self, x, cos, sin, meta: ForwardMeta, key_cache, value_cache, block_tables):
+        """Inference. x [T, H] -> [T, H]; writes this step's K/V into the caches."""
+        x = x + self.attn(self.input_norm(x), cos, sin, meta, key_cache, value_cache, block_tables)
+        return x + self.mlp(self.post_attn_norm(x))
+
+    def forward_train(self, x, cos, sin):
+        """Training. x [B, L, H] -> [B, L, H]."""
+        x = x + self.attn.forward_train(self.input_norm.forward_train(x), cos, sin)
+        return x + self.mlp.forward_train(self.post_attn_norm.forward_train(x))

@@ -1,0 +1,50 @@
+"""Rotary position embedding (RoPE, half-rotation layout as in Llama) from a precomputed cos/sin table.
+
+The table is built once on the host at construction; the step path only gathers rows of it by
+position, so a row's bits never depend on the batch (no transcendental runs per step).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import paddle
+
+
+class RotaryEmbedding:
+    """cos/sin of position * theta^(-2j / head_dim), j < head_dim / 2, for positions 0..max_position - 1."""
+
+    def __init__(self, head_dim: int, theta: float, max_position: int):
+        if head_dim % 2:
+            raise ValueError(f"RotaryEmbedding: head_dim = {head_dim}; allowed: an even number")
+        self.head_dim = head_dim
+        self.max_position = max_position
+        inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+        angles = np.arange(max_position, dtype=np.float64)[:, None] * inv_freq[None, :]
+        self.cos = paddle.to_tensor(np.cos(angles).astype(np.float32))  # [max_position, head_dim / 2]
+        self.sin = paddle.to_tensor(np.sin(angles).astype(np.float32))
+
+    def to(self, place) -> RotaryEmbedding:
+        self.cos, self.sin = self.cos.to(place), self.sin.to(place)
+        return self
+
+    def tables(self, positions: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
+        """cos, sin rows of `positions` (any int shape P, clamped into the table) -> [*P, head_dim / 2] each."""
+        pos = paddle.clip(positions.astype("int64"), 0, self.max_position - 1)
+        flat = pos.reshape([-1])
+        shape = list(positions.shape) + [self.head_dim // 2]
+        return paddle.gather(self.cos, flat).reshape(shape), paddle.gather(self.sin, flat).reshape(shape)
+
+
+def apply_rotary(x: paddle.Tensor, cos: paddle.Tensor, sin: paddle.Tensor) -> paddle.Tensor:
+    """Rotates pairs (x[j], x[j + d/2]) by the position's angle j.
+
+    Args:
+        x: [..., heads, head_dim].
+        cos, sin: [..., head_dim / 2], broadcast over the heads axis.
+    Returns:
+        [..., heads, head_dim].
+    """
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    c, s = cos.unsqueeze(-2), sin.unsqueeze(-2)
+    return paddle.concat([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)

@@ -1,0 +1,150 @@
+"""Safetensors checkpoints (never pickle) of the target and the MTP draft.
+
+A model directory holds config.json (architecture), model.safetensors (target) and optionally
+mtp.safetensors (the draft's own weights only). `builtin:tiny` is the committed weights/tiny/ directory,
+`builtin:tiny-mtp` its mtp.safetensors. Every error names the file and, where one is at fault, the tensor.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import paddle
+from safetensors import SafetensorError
+from safetensors.numpy import load_file, save_file
+
+from specworker.config import ARCH_FIELDS, ModelConfig
+from specworker.model_executor.models.llama import LlamaArch, LlamaModel
+from specworker.model_executor.models.mtp import MTPDraft
+
+CONFIG_FILE, TARGET_FILE, MTP_FILE = "config.json", "model.safetensors", "mtp.safetensors"
+MODEL_TYPE = "llama"
+BUILTIN_TARGET_DIRS = {"builtin:tiny": Path(__file__).parent / "weights" / "tiny"}
+BUILTIN_DRAFT_FILES = {"builtin:tiny-mtp": BUILTIN_TARGET_DIRS["builtin:tiny"] / MTP_FILE}
+
+
+def read_arch(model_dir: str | Path) -> LlamaArch:
+    """The architecture in model_dir/config.json. Raises FileNotFoundError / ValueError naming the file."""
+    path = Path(model_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: checkpoint config not found (a model directory holds {CONFIG_FILE} "
+                                f"and {TARGET_FILE})")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    allowed = ("model_type",) + ARCH_FIELDS
+    for key in data:
+        if key not in allowed:
+            raise ValueError(f"{path}: unknown key {key!r}; allowed: {', '.join(allowed)}")
+    for key in ARCH_FIELDS:
+        if key not in data:
+            raise ValueError(f"{path}: missing key {key!r}")
+    if data.get("model_type", MODEL_TYPE) != MODEL_TYPE:
+        raise ValueError(f"{path}: model_type = {data['model_type']!r}; allowed: {MODEL_TYPE!r}")
+    try:
+        return LlamaArch(**{key: _typed(path, key, data[key]) for key in ARCH_FIELDS})
+    except TypeError as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+def _typed(path: Path, key: str, value):
+    want = float if key in ("rope_theta", "rms_norm_eps") else int
+    ok = isinstance(value, (int, float)) if want is float else isinstance(value, int)
+    if isinstance(value, bool) or not ok:
+        raise ValueError(f"{path}: {key} = {value!r}; allowed: a JSON {want.__name__}")
+    return want(value)
+
+
+def target_dir(model_config: ModelConfig) -> Path:
+    """The directory model.path names (a builtin: name resolves to the committed weights)."""
+    return BUILTIN_TARGET_DIRS.get(model_config.path, Path(model_config.path))
+
+
+def load_target(model_config: ModelConfig, place=None) -> LlamaModel:
+    """The target of model_config.path, weights from model.safetensors, on `place` (default CPU).
+
+    For a builtin: model the config.json must match model_config's architecture fields.
+    Raises FileNotFoundError (missing file) or ValueError (config mismatch, missing / unexpected
+    tensor, wrong shape or dtype, unsupported model.dtype).
+    """
+    if model_config.dtype != "float32":
+        raise ValueError(f"model.dtype = {model_config.dtype!r}; allowed: 'float32' (the batch-invariant "
+                         "linear op is float32 only)")
+    model_dir = target_dir(model_config)
+    arch = read_arch(model_dir)
+    if model_config.is_builtin:
+        for key in ARCH_FIELDS:
+            have, want = getattr(arch, key), getattr(model_config, key)
+            if have != want:
+                raise ValueError(f"{model_dir / CONFIG_FILE}: {key} = {have!r}, but model.{key} = {want!r} "
+                                 f"for {model_config.path!r} (the committed weights have the file's architecture)")
+    model = LlamaModel(arch)
+    _load_state(model, model_dir / TARGET_FILE)
+    model.eval()
+    return model.to_place(place or paddle.CPUPlace())
+
+
+def draft_file(path_or_builtin: str) -> Path:
+    """mtp.safetensors of a builtin: draft name, a model directory, or the file itself."""
+    if path_or_builtin in BUILTIN_DRAFT_FILES:
+        return BUILTIN_DRAFT_FILES[path_or_builtin]
+    if path_or_builtin.startswith("builtin:"):
+        raise ValueError(f"draft model {path_or_builtin!r}: unknown built-in; allowed: "
+                         + ", ".join(map(repr, BUILTIN_DRAFT_FILES)))
+    path = Path(path_or_builtin)
+    return path / MTP_FILE if path.is_dir() else path
+
+
+def load_mtp(path_or_builtin: str, target: LlamaModel, place=None) -> MTPDraft:
+    """The MTP draft sharing `target`'s embedding, final norm and lm_head; weights from mtp.safetensors."""
+    draft = MTPDraft(target)
+    _load_state(draft, draft_file(path_or_builtin))
+    draft.eval()
+    draft.to(place or paddle.CPUPlace())
+    return draft
+
+
+def save_target(model: LlamaModel, model_dir: str | Path) -> None:
+    """Writes model_dir/config.json and model_dir/model.safetensors (creates the directory)."""
+    model_dir = Path(model_dir)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    arch = {key: getattr(model.arch, key) for key in ARCH_FIELDS}
+    (model_dir / CONFIG_FILE).write_text(json.dumps({"model_type": MODEL_TYPE, **arch}, indent=2) + "\n")
+    save_file(_numpy_state(model), str(model_dir / TARGET_FILE))
+
+
+def save_mtp(draft: MTPDraft, model_dir: str | Path) -> None:
+    """Writes model_dir/mtp.safetensors (the draft's own weights only)."""
+    Path(model_dir).mkdir(parents=True, exist_ok=True)
+    save_file(_numpy_state(draft), str(Path(model_dir) / MTP_FILE))
+
+
+def _numpy_state(layer: paddle.nn.Layer) -> dict[str, np.ndarray]:
+    return {name: np.ascontiguousarray(p.numpy()) for name, p in layer.named_parameters()}
+
+
+def _load_state(layer: paddle.nn.Layer, path: Path) -> None:
+    """Copies every tensor of the safetensors file at `path` into layer's parameters, checked by name."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: weights file not found")
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ValueError(f"{path}: not a readable safetensors file ({err})") from None
+    params = dict(layer.named_parameters())
+    for name in params:
+        if name not in tensors:
+            raise ValueError(f"{path}: missing tensor {name!r}")
+    for name, array in tensors.items():
+        if name not in params:
+            raise ValueError(f"{path}: unexpected tensor {name!r}; allowed: {', '.join(params)}")
+        want = list(params[name].shape)
+        if list(array.shape) != want or array.dtype != np.float32:
+            raise ValueError(f"{path}: tensor {name!r} is {list(array.shape)} {array.dtype}, expected {want} float32")
+    for name, param in params.items():
+        param.set_value(tensors[name])

@@ -1,0 +1,127 @@
+"""LlamaModel: the tiny target (token embedding, decoder layers, final RMSNorm, untied lm_head).
+
+Inference path (the engine's step, batch invariant, no host sync): forward over packed tokens with a
+paged KV cache, compute_logits over gathered rows. Training path (autograd): forward_train, logits_train.
+Weights are stored [in, out]; loading and saving live in checkpoint.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import paddle
+
+from specworker.model_executor import ops
+from specworker.model_executor.forward_meta import ForwardMeta
+from specworker.model_executor.layers.decoder_layer import INIT_STD, DecoderLayer, make_weight
+from specworker.model_executor.layers.rms_norm import RMSNorm
+from specworker.model_executor.layers.rotary import RotaryEmbedding
+from specworker.model_executor.models.kv_cache import KVCache
+
+MAX_POSITION = 8192  # rows of the RoPE table; later positions reuse the last row (clamped)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class LlamaArch:
+    """The architecture fields of ModelConfig / config.json (config.ARCH_FIELDS)."""
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    intermediate_size: int
+    rope_theta: float
+    rms_norm_eps: float
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def layer_kwargs(self) -> dict:
+        return dict(hidden_size=self.hidden_size, num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
+                    intermediate_size=self.intermediate_size, rms_norm_eps=self.rms_norm_eps)
+
+
+def token_positions(meta: ForwardMeta, token_num: int) -> paddle.Tensor:
+    """Position of every packed row: slot b's i-th token this step sits at seq_lens_decoder[b] + i.
+
+    Computed on the device from batch_id_per_token, cu_seqlens_q and seq_lens_decoder. Rows past T
+    (batch id -1) get an arbitrary position (callers clamp). Returns [token_num] int32.
+    Example: cu_seqlens_q [0, 2, 2, 3], Dec [5, 0, 0], batch ids [0, 0, 2, -1] -> [5, 6, 0, <any>].
+    """
+    slot = paddle.clip(meta.batch_id_per_token, 0, meta.bsz - 1)
+    row = paddle.arange(token_num, dtype="int32")
+    start = paddle.gather(meta.cu_seqlens_q, slot)
+    return paddle.gather(meta.seq_lens_decoder.reshape([-1]), slot) + row - start
+
+
+class LlamaModel(paddle.nn.Layer):
+    """Llama-style target: embed -> num_layers x DecoderLayer -> norm -> lm_head (untied), float32."""
+
+    def __init__(self, arch: LlamaArch, max_position: int = MAX_POSITION):
+        super().__init__()
+        self.arch = arch
+        out_std = INIT_STD / math.sqrt(2 * arch.num_layers)
+        self.embed_tokens = make_weight(self, [arch.vocab_size, arch.hidden_size])
+        self.layers = paddle.nn.LayerList(
+            [DecoderLayer(**arch.layer_kwargs(), out_std=out_std) for _ in range(arch.num_layers)])
+        self.norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
+        self.lm_head = make_weight(self, [arch.hidden_size, arch.vocab_size])
+        self.rotary = RotaryEmbedding(arch.head_dim, arch.rope_theta, max_position)
+
+    def to_place(self, place) -> LlamaModel:
+        """Moves weights and the RoPE table to `place`."""
+        self.to(place)
+        self.rotary.to(place)
+        return self
+
+    def new_kv_cache(self, num_blocks: int, block_size: int, place=None) -> KVCache:
+        """A zeroed KVCache shaped for this model."""
+        a = self.arch
+        return KVCache(a.num_layers, num_blocks, a.num_kv_heads, block_size, a.head_dim, "float32", place)
+
+    def embed(self, ids: paddle.Tensor) -> paddle.Tensor:
+        """Embedding rows of ids (any int shape; -1 and other out-of-range ids clamped). Returns [*ids, H]."""
+        flat = paddle.clip(ids.reshape([-1]), 0, self.arch.vocab_size - 1)
+        return paddle.gather(self.embed_tokens, flat).reshape(list(ids.shape) + [self.arch.hidden_size])
+
+    @paddle.no_grad()
+    def forward(self, ids_remove_padding: paddle.Tensor, meta: ForwardMeta, kv_cache: KVCache,
+                block_tables: paddle.Tensor) -> paddle.Tensor:
+        """Hidden states of this step's packed tokens, BEFORE the final norm (the MTP draft reads them).
+
+        Args:
+            ids_remove_padding: [token_num] int64, -1 past T.
+            meta: ForwardMeta of the step (batch_id_per_token, cu_seqlens_q, seq_lens_* are read).
+            kv_cache: KVCache with num_layers pairs; this step's K/V are written into it.
+            block_tables: [N >= bsz, max_blocks_per_seq] int32 block ids of each slot.
+        Returns:
+            [token_num, H] float32; rows past T are finite but meaningless.
+        """
+        token_num = ids_remove_padding.shape[0]
+        x = self.embed(ids_remove_padding)  # [token_num, H]
+        cos, sin = self.rotary.tables(token_positions(meta, token_num))
+        for i, layer in enumerate(self.layers):
+            key_cache, value_cache = kv_cache.layer(i)
+            x = layer(x, cos, sin, meta, key_cache, value_cache, block_tables)
+        return x
+
+    @paddle.no_grad()
+    def compute_logits(self, rows: paddle.Tensor) -> paddle.Tensor:
+        """lm_head(norm(rows)). Args: rows [R, H] float32. Returns [R, V] float32."""
+        return ops.batch_invariant_linear(self.norm(rows), self.lm_head)
+
+    def forward_train(self, ids: paddle.Tensor) -> paddle.Tensor:
+        """Training path over whole sequences from position 0. Args: ids [B, L] int64. Returns [B, L, H]."""
+        length = ids.shape[1]
+        x = self.embed(ids)
+        cos, sin = self.rotary.cos[:length], self.rotary.sin[:length]
+        for layer in self.layers:
+            x = layer.forward_train(x, cos, sin)
+        return x
+
+    def logits_train(self, hidden: paddle.Tensor) -> paddle.Tensor:
+        """lm_head(norm(hidden)) with autograd. Args: hidden [..., H]. Returns [..., V]."""
+        return paddle.matmul(self.norm.forward_train(hidden), self.lm_head)
