@@ -123,7 +123,7 @@ class ModelRunner:
         hidden = self.model.forward(meta.ids_remove_padding, meta, self.kv_cache, si["block_tables"])
         logits = self.model.compute_logits(gather_logit_rows(hidden, meta))  # [N * D, V]
         t2 = time.perf_counter()
-        meta.require_current(self.input_batch.layout_version)
+        meta.require_current(self.input_batch.layout_version, "the speculative sampler")
         self.last_sampler_output = self.sampler(logits, meta, self._sampling, self._verify,
                                                 draft_probs=getattr(self.proposer, "draft_probs", None))
         host = self._copy_step_outputs_sync()
@@ -138,7 +138,7 @@ class ModelRunner:
                                                  si["stop_flags"], si["seq_lens_this_time"], si["seq_lens_encoder"],
                                                  si["seq_lens_decoder"], si["step_idx"])
         t4 = time.perf_counter()
-        meta.require_current(self.input_batch.layout_version)
+        meta.require_current(self.input_batch.layout_version, "the proposer")
         self.proposer.run(target_hidden=hidden, meta=meta, share_inputs=si)
         t5 = time.perf_counter()
         seconds.update(zip(STEP_PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)))
