@@ -99,11 +99,12 @@ def test_worker_kv_exhaustion_queues_and_completes():
 def test_worker_stop_conditions(config):
     """max_tokens gives LENGTH with exactly max_tokens tokens; a stop token ends the request and is kept."""
     w = Worker(config)
-    base = drive(w, [_req("a", [65, 66, 67], temperature=0.0, max_tokens=12)])["a"]
+    base = drive(w, [_req("a", [65, 66, 67], temperature=0.0, max_tokens=12, ignore_eos=True)])["a"]
     assert len(base[0]) == 12 and base[1] is FinishReason.LENGTH
     stop_at = base[0][5]
     first = base[0].index(stop_at)
-    cut = drive(w, [_req("b", [65, 66, 67], temperature=0.0, max_tokens=12, stop_token_ids=[stop_at])])["b"]
+    cut = drive(w, [_req("b", [65, 66, 67], temperature=0.0, max_tokens=12, ignore_eos=True,
+                         stop_token_ids=[stop_at])])["b"]
     assert cut == (base[0][:first + 1], FinishReason.STOP)
 
 
