@@ -177,9 +177,12 @@ class InputBatch:
         else:
             seed = request.seed
         num_prompt = len(request.prompt_token_ids)
+        # max_dec_len is one past max_tokens: the verify op (FastDeploy's semantics) replaces the token that
+        # reaches max_dec_len with eos, so the device must never length-stop a request; the worker finishes
+        # it on the host when it holds max_tokens tokens, before the next step.
         scalars = {
             "prompt_lens": num_prompt, "seq_lens_this_time": num_prompt, "seq_lens_encoder": num_prompt,
-            "stop_flags": False, "min_dec_len": request.min_tokens, "max_dec_len": request.max_tokens,
+            "stop_flags": False, "min_dec_len": request.min_tokens, "max_dec_len": request.max_tokens + 1,
             "temperature": float(request.temperature), "top_p": float(request.top_p), "top_k": request.top_k,
             "min_p": float(request.min_p),
             "penalty_score": float(request.repetition_penalty),

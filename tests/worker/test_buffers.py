@@ -7,6 +7,8 @@ import inspect
 
 import pytest
 
+from specworker.config import BUILTIN_TARGETS
+
 from specworker.model_executor import ops
 from specworker.worker.buffers import (DIM_NAMES, TARGET_BUFFERS, BufferKind, BufferSpec, buffer_dims,
                                        check_table)
@@ -93,7 +95,7 @@ def test_buffers_dims_resolve_every_name():
     assert dims == {"max_num_seqs": 5, "max_num_seqs_plus_1": 6, "max_model_len": 12, "num_speculative_tokens": 2,
                     "max_draft_token_num": 3, "max_blocks_per_seq": 4, "max_bad_words": 64, "max_stop_tokens": 8,
                     "max_num_batched_tokens": 128, "max_output_token_num": 15,
-                    "hidden_size": 128, "vocab_size": 259}
+                    "hidden_size": BUILTIN_TARGETS["builtin:tiny"]["hidden_size"], "vocab_size": 259}
     assert tuple(dims) == DIM_NAMES
 
 

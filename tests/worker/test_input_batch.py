@@ -333,7 +333,7 @@ def test_input_batch_insert_writes_request_fields():
     np.testing.assert_array_equal(row["bad_tokens"][:3], [5, 6, -1])
     np.testing.assert_array_equal(row["block_tables"], [3, 9, -1, -1])
     written = {"prompt_lens": 4, "seq_lens_this_time": 4, "seq_lens_encoder": 4, "seq_lens_decoder": 0,
-               "step_idx": 0, "stop_flags": False, "is_block_step": False, "min_dec_len": 2, "max_dec_len": 6,
+               "step_idx": 0, "stop_flags": False, "is_block_step": False, "min_dec_len": 2, "max_dec_len": 7,
                "top_k": 7, "infer_seed": 99, "bad_tokens_len": 2, "enable_thinking": True, "accept_num": 0,
                "actual_draft_token_nums": 2}
     for key, want in written.items():

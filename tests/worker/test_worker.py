@@ -151,5 +151,5 @@ def test_worker_abort_frees_slot_and_blocks(config):
     out = w.abort("a")
     assert out.finished and out.finish_reason is FinishReason.ABORT
     assert not w.has_unfinished() and w.blocks.num_free > free_before and w.input_batch.occupied_slots == []
-    w.add_request("a", [1, 2, 3], SamplingParams(max_tokens=2, temperature=0.0))  # the id is free again
+    w.add_request("a", [1, 2, 3], SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True))  # id reusable
     assert drive(w, [])["a"][1] is FinishReason.LENGTH
