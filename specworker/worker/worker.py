@@ -13,7 +13,7 @@ from specworker.config import WorkerConfig
 from specworker.sampling_params import SamplingParams
 from specworker.spec_decode.metrics import SpecDecodeStats
 from specworker.worker.block_manager import BlockManager
-from specworker.worker.model_runner import ModelRunner, StepOutput
+from specworker.worker.model_runner import STEP_PHASES, ModelRunner, StepOutput
 from specworker.worker.request import FinishReason, RequestOutput, RequestState, RequestStatus
 from specworker.worker.scheduler import Scheduler, SchedulerOutput
 
@@ -60,6 +60,7 @@ class Worker:
         self.requests: dict[str, RequestState] = {}
         self._arrivals = 0
         self.num_steps = 0
+        self.phase_seconds = dict.fromkeys(STEP_PHASES, 0.0)  # host wall time per step phase, summed
 
     @property
     def input_batch(self):
@@ -137,6 +138,8 @@ class Worker:
         self._apply_plan(plan)
         out = self.runner.step(plan.token_num)
         self.num_steps += 1
+        for phase, seconds in out.seconds.items():
+            self.phase_seconds[phase] += seconds
         return self._collect(plan, out)
 
     # ---- internals ----
