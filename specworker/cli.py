@@ -116,6 +116,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from specworker.bench import BenchSettings, bench_configs, num_runs, run_bench
     from specworker.report import bench_table, plot_bench, splice_readme
 
+    try:
+        import matplotlib  # noqa: F401  (bench.png; checked before minutes of runs)
+    except ImportError:
+        raise UserError("bench needs matplotlib for bench.png; allowed: pip install matplotlib "
+                        "(it is in requirements.txt)") from None
     config, prompts = _load(args)
     settings = BenchSettings(batch_sizes=args.batch_sizes, max_tokens=args.max_tokens, warmup=args.warmup,
                              repeats=args.repeats)
