@@ -80,6 +80,7 @@ def _summary(runs: list[BatchRun]) -> dict:
         k = runs[0].spec_stats.num_speculative_tokens
         out["acceptance_per_position"] = [spread([r.spec_stats.acceptance_per_position[i] for r in runs])
                                           for i in range(k)]
+        out["drafted_per_position"] = [spread([r.spec_stats.drafted_per_position[i] for r in runs]) for i in range(k)]
     return out
 
 

@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--batch-sizes", type=_batch_sizes, default=(1, 4, 16, 32), help="e.g. 1,4,16,32")
     bench.add_argument("--max-tokens", type=_int_at_least(1), default=96, help="new tokens per request at most")
     bench.add_argument("--warmup", type=_int_at_least(0), default=1, help="untimed runs per mode and batch size")
-    bench.add_argument("--repeats", type=_int_at_least(1), default=5, help="timed runs per mode and batch size")
+    bench.add_argument("--repeats", type=_int_at_least(1), default=7, help="timed runs per mode and batch size")
     bench.add_argument("--out", type=Path, default=Path("build/bench"), help="folder for bench.json, bench.png")
     bench.add_argument("--readme", type=Path, help="also write the table into this README between its markers")
     bench.set_defaults(func=_cmd_bench)

@@ -55,6 +55,9 @@ def run_metrics_table(run: BatchRun) -> str:
         rows.append(("mean acceptance length", f"{stats.mean_acceptance_length:.3f}",
                      f"{stats.num_accepted}/{stats.num_drafted} drafts accepted over {stats.num_steps} verify steps"))
         for i, rate in enumerate(stats.acceptance_per_position):
+            if stats.drafted_per_position[i] == 0:  # a step drafts num_model_steps tokens, maybe fewer than k
+                rows.append((f"acceptance, draft position {i + 1}", "n/a", "never drafted"))
+                continue
             rows.append((f"acceptance, draft position {i + 1}", f"{rate:.3f}",
                          f"{stats.accepted_per_position[i]}/{stats.num_steps} verify steps"))
     steps = max(run.num_steps, 1)
@@ -75,13 +78,15 @@ def _range(figure: dict, fmt: str) -> str:
 
 
 def bench_table(bench: dict) -> str:
-    """One row per batch size: medians of tokens/s, speedup with its min-max, AL, acceptance per position."""
+    """One row per batch size: medians of tokens/s, speedup with its min-max, AL, acceptance per position
+    ("-" for a position never drafted: a step drafts num_model_steps tokens, maybe fewer than k)."""
     rows = []
     for r in bench["results"]:
         base, spec = r["baseline"], r["speculative"]
         rows.append((str(r["batch_size"]), _mid(base["tokens_per_s"], ".1f"), _mid(spec["tokens_per_s"], ".1f"),
                      _range(r["speedup"], ".2f"), _mid(spec["mean_acceptance_length"], ".2f"),
-                     " / ".join(_mid(p, ".2f") for p in spec["acceptance_per_position"]),
+                     " / ".join(_mid(p, ".2f") if d["max"] > 0 else "-"
+                                for p, d in zip(spec["acceptance_per_position"], spec["drafted_per_position"])),
                      f"{_mid(base['num_steps'], '.0f')} / {_mid(spec['num_steps'], '.0f')}"))
     header = ("batch", "baseline tok/s", "MTP tok/s", "speedup (min-max)", "AL", "accept per position",
               "steps base / MTP")

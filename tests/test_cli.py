@@ -182,6 +182,7 @@ def test_cli_bench_tiny_writes_json_png_and_readme(tmp_path, tiny_ckpt, prompts_
                        r["speculative"]["phase_seconds"]["target_forward"]):
             assert figure["min"] <= figure["median"] <= figure["max"]
         assert len(r["speculative"]["acceptance_per_position"]) == 2 and "mean_acceptance_length" not in r["baseline"]
+        assert [d["min"] > 0 for d in r["speculative"]["drafted_per_position"]] == [True, True]  # num_model_steps 2
         assert r["baseline"]["num_tokens"] == r["speculative"]["num_tokens"]
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table_rows = [line for line in result.stdout.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
