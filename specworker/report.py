@@ -117,8 +117,10 @@ def plot_bench(bench: dict, path: str | Path) -> None:
         ax.set_title(title)
         ax.grid(alpha=0.3)
     ax1.axhline(1.0, color="grey", linestyle="--", linewidth=1)
-    k = bench.get("num_speculative_tokens")
-    fig.suptitle(f"specworker MTP (k={k}), greedy, {bench['machine']['device']}: {bench['config']}", fontsize=9)
+    k, steps = bench["num_speculative_tokens"], bench["num_model_steps"]
+    ax2.set_ylim(1.0, min(k, steps) + 1.05)  # the possible range: 1 .. drafts per step + 1
+    fig.suptitle(f"specworker MTP (k={k}, num_model_steps={steps}), greedy, {bench['machine']['device']}: "
+                 f"{bench['config']}", fontsize=9)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
