@@ -1,7 +1,8 @@
 # Two commands do all setup on a fresh machine (python3 >= 3.10, pip, gcc, make):
 #   make run    create .venv, install deps, build the ops, run the main job
 #   make test   same setup, then the CUDA compile gate (when nvcc exists) and the whole test suite
-# Both are idempotent: deps reinstall only when requirements.txt/setup.py change, and the op
+#   make bench  same setup, then the speculative-vs-baseline bench: docs/bench.{json,png} + the README table
+# All are idempotent: deps reinstall only when requirements.txt/setup.py change, and the op
 # build is skipped when the sources' digest matches build/ops/manifest.json.
 
 PYTHON ?= python3
@@ -16,10 +17,10 @@ CUDA_CHECK_OBJS := $(patsubst custom_ops/gpu_ops/kernels/%.cu,build/cuda-check/%
 PYTEST_ARGS ?=
 export MAX_JOBS ?= 2
 
-.PHONY: run test ops deps cuda-check cuda-check-or-skip clean help
+.PHONY: run bench test ops deps cuda-check cuda-check-or-skip clean help
 
 help:
-	@echo "make run | make test | make ops | make cuda-check | make clean"
+	@echo "make run | make test | make bench | make ops | make cuda-check | make clean"
 
 $(VPY):
 	@if $(PYTHON) -c "import paddle, sys; sys.exit(0 if paddle.is_compiled_with_cuda() else 1)" 2>/dev/null; then \
@@ -40,6 +41,10 @@ ops: deps
 
 run: ops
 	$(VPY) -m specworker run
+
+# Regenerates docs/bench.json, docs/bench.png and the results table in README.md (a few minutes on 2 cores).
+bench: ops
+	nice $(VPY) -m specworker bench --out docs --readme README.md
 
 test: ops cuda-check-or-skip
 	$(VPY) -m pytest -q $(PYTEST_ARGS)

@@ -11,7 +11,8 @@ setup(
     version="0.1.0",
     description="Speculative-decoding (MTP) worker for PaddlePaddle serving engines",
     packages=find_packages(include=["specworker", "specworker.*"]),
+    package_data={"specworker": ["data/*.txt"]},
     python_requires=">=3.10",
-    install_requires=["numpy>=1.26", "pyyaml>=6.0", "safetensors>=0.4", "tqdm>=4.66"],
+    install_requires=["numpy>=1.26", "pyyaml>=6.0", "safetensors>=0.4", "tqdm>=4.66", "matplotlib>=3.7"],
     entry_points={"console_scripts": ["specworker = specworker.cli:main"]},
 )

@@ -1,23 +1,28 @@
-"""Command line of specworker: `run` and `check-config`. The only module that prints.
+"""Command line of specworker: `run`, `bench` and `check-config`. The only module that prints.
 
-User mistakes (bad config, bad arguments) end in one `specworker: error: ...` line on stderr and exit
-status 2; an unexpected exception is a bug and keeps its traceback.
+User mistakes (bad config, bad arguments, unreadable files, weights that do not load, `device: gpu` on a
+CPU-only Paddle) end in one `specworker: error: ...` line on stderr and exit status 2; a bench whose
+speculative output differs from the baseline exits 1; an unexpected exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import typing
+import warnings
 from pathlib import Path
 
+from specworker.batch_run import DEFAULT_PROMPTS, UserError
 from specworker.config import ConfigError, load_config
 
 logger = logging.getLogger(__name__)
 
 PROG = "specworker"
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "mtp_tiny.yaml"
+EXIT_MISMATCH = 1
 EXIT_USAGE = 2
 
 
@@ -28,12 +33,122 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{PROG}: error: {message} (see --help)\n")
 
 
+def _int_at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer; allowed: an integer >= {low}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value}; allowed: an integer >= {low}")
+        return value
+    return parse
+
+
+def _batch_sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}; allowed: comma-separated integers >= 1, e.g. 1,4,16") from None
+    if any(b < 1 for b in sizes):
+        raise argparse.ArgumentTypeError(f"{text!r} has a batch size < 1; allowed: comma-separated integers >= 1")
+    return sizes
+
+
+def _write(path: Path, write: typing.Callable[[Path], None]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(path)
+    except OSError as err:
+        raise UserError(f"{path}: cannot write ({type(err).__name__}: {err.strerror or err})") from None
+
+
+def _shown(path: Path) -> Path:
+    """path relative to the working directory when it lies below it (messages, bench.json)."""
+    try:
+        return path.resolve().relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+def _load(args: argparse.Namespace):
+    from specworker.batch_run import load_prompts
+
+    args.config = _shown(args.config)
+    config = load_config(args.config)
+    logger.info("resolved config from %s:\n%s", args.config, config.describe())
+    return config, load_prompts(args.prompts)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
-    config = load_config(args.config, check_paths=not args.no_check_paths)
-    logger.info("resolved config from %s", args.config)
-    # TODO(config): the engine loop replaces this; for now `run` validates and shows the config.
-    print(f"# resolved config from {args.config}")
-    print(config.describe())
+    from tqdm import tqdm
+
+    from specworker.batch_run import load_worker, queue_prompts, run_queued
+    from specworker.report import run_metrics, run_metrics_table
+    from specworker.sampling_params import SamplingParams
+
+    config, prompts = _load(args)
+    worker = load_worker(config, source=str(args.config))
+    req_ids = queue_prompts(worker, prompts, SamplingParams(temperature=0.0, max_tokens=args.max_tokens))
+    with tqdm(total=len(prompts) * args.max_tokens, unit="tok", desc="generating", file=sys.stderr) as bar:
+        run = run_queued(worker, prompts, req_ids, on_tokens=bar.update)
+        bar.total = bar.n  # requests that stop at eos end early
+        bar.refresh()
+    print(f"# {args.config}: {len(prompts)} prompts, greedy, max_tokens {args.max_tokens}")
+    for i, (prompt, text, reason) in enumerate(zip(run.prompts, run.texts, run.finish_reasons), 1):
+        shown = text.replace("\n", "\\n")
+        print(f"[{i}] {prompt} >>> {shown}  ({reason.value})")
+    print()
+    print(run_metrics_table(run))
+    if args.json is not None:
+        data = {"config": str(args.config), "max_tokens": args.max_tokens, "metrics": run_metrics(run),
+                "completions": [{"prompt": p, "text": t, "token_ids": ids, "finish_reason": r.value}
+                                for p, t, ids, r in zip(run.prompts, run.texts, run.token_ids, run.finish_reasons)]}
+        _write(args.json, lambda path: path.write_text(json.dumps(data, indent=1) + "\n"))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from specworker.batch_run import load_worker
+    from specworker.bench import BenchSettings, bench_configs, num_runs, run_bench
+    from specworker.report import bench_table, plot_bench, splice_readme
+
+    try:
+        import matplotlib  # noqa: F401  (bench.png; checked before minutes of runs)
+    except ImportError:
+        raise UserError("bench needs matplotlib for bench.png; allowed: pip install matplotlib "
+                        "(it is in requirements.txt)") from None
+    config, prompts = _load(args)
+    settings = BenchSettings(batch_sizes=args.batch_sizes, max_tokens=args.max_tokens, warmup=args.warmup,
+                             repeats=args.repeats)
+    readme = None
+    if args.readme is not None:  # read before the bench runs, so a bad path fails fast
+        try:
+            readme = args.readme.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise UserError(f"{args.readme}: cannot read ({type(err).__name__})") from None
+        splice_readme(readme, "", "")
+    for batch_size in settings.batch_sizes:  # config, device and weights errors before the progress bar
+        bench_configs(config, batch_size)
+    load_worker(config, source=str(args.config))
+    with tqdm(total=num_runs(settings), unit="run", desc="bench", file=sys.stderr) as bar:
+        bench = run_bench(config, prompts, settings, config_source=str(args.config), on_run=bar.update)
+    table = bench_table(bench)
+    _write(args.out / "bench.json", lambda path: path.write_text(json.dumps(bench, indent=1) + "\n"))
+    _write(args.out / "bench.png", lambda path: plot_bench(bench, path))
+    machine = bench["machine"]
+    note = (f"`{args.config}`, greedy, {args.max_tokens} new tokens per request, batch size = requests = slots, "
+            f"median of {args.repeats} runs after {args.warmup} warm-up; {machine['device']} "
+            f"({machine['cpu_count']} cores, {machine['processor']}), Paddle {machine['paddle']}. "
+            "Greedy outputs of both modes were identical token for token.")
+    print(table)
+    print(f"\n{note}\nwrote {args.out / 'bench.json'} and {args.out / 'bench.png'}")
+    if readme is not None:
+        _write(args.readme, lambda path: path.write_text(splice_readme(readme, table, note), encoding="utf-8"))
+        print(f"updated the results table in {args.readme}")
     return 0
 
 
@@ -47,23 +162,42 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Speculative-decoding worker for PaddlePaddle.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    run = commands.add_parser("run", help="validate the config and print it resolved (engine loop: later)")
-    run.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help=f"YAML config (default: {DEFAULT_CONFIG})")
+    run = commands.add_parser("run", help="generate greedily for a batch of prompts and print metrics")
+    run.add_argument("--max-tokens", type=_int_at_least(1), default=64, help="new tokens per prompt at most")
+    run.add_argument("--json", type=Path, metavar="OUT", help="also write completions and metrics as JSON")
     run.set_defaults(func=_cmd_run)
+    bench = commands.add_parser("bench", help="speculative vs non-speculative throughput per batch size")
+    bench.add_argument("--batch-sizes", type=_batch_sizes, default=(1, 4, 16, 32), help="e.g. 1,4,16,32")
+    bench.add_argument("--max-tokens", type=_int_at_least(1), default=96, help="new tokens per request at most")
+    bench.add_argument("--warmup", type=_int_at_least(0), default=1, help="untimed runs per mode and batch size")
+    bench.add_argument("--repeats", type=_int_at_least(1), default=7, help="timed runs per mode and batch size")
+    bench.add_argument("--out", type=Path, default=Path("build/bench"), help="folder for bench.json, bench.png")
+    bench.add_argument("--readme", type=Path, help="also write the table into this README between its markers")
+    bench.set_defaults(func=_cmd_bench)
+    for sub in (run, bench):
+        sub.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="YAML config (default: configs/mtp_tiny.yaml)")
+        sub.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help="one prompt per line (default: "
+                         "the packaged prompt set)")
     check = commands.add_parser("check-config", help="validate a YAML config")
     check.add_argument("path", type=Path)
+    check.add_argument("--no-check-paths", action="store_true", help="do not require checkpoint paths to exist")
     check.set_defaults(func=_cmd_check_config)
-    for sub in (run, check):
-        sub.add_argument("--no-check-paths", action="store_true", help="do not require checkpoint paths to exist")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    from specworker.bench import OutputMismatch
+
     args = build_parser().parse_args(argv)
+    # Paddle's extension loader warns on every start when ccache is absent; it says nothing about the run.
+    warnings.filterwarnings("ignore", message="No ccache found")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
-    except ConfigError as err:
+    except (ConfigError, UserError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except OutputMismatch as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return EXIT_MISMATCH

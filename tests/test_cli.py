@@ -1,33 +1,69 @@
-"""`python -m specworker` as a subprocess: exit codes, one-line errors, no tracebacks."""
+"""`python -m specworker` as a subprocess: exit codes, one-line errors, no tracebacks; tiny `run` and `bench`
+on a random-weight checkpoint written by the test (independent of the trained built-in pair)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
+BUILTIN_WEIGHTS = REPO / "specworker" / "model_executor" / "models" / "weights" / "tiny" / "model.safetensors"
 
 
-def specworker(*args: str) -> subprocess.CompletedProcess:
+def specworker(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "specworker", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=60)
+                          timeout=timeout)
 
 
-def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
-    assert result.returncode == 2, result
+def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str, code: int = 2) -> None:
+    assert result.returncode == code, result
     assert "Traceback" not in result.stderr and result.stdout == ""
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("specworker: error: "), result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("specworker: error: ")]
+    assert len(lines) == 1, result.stderr
+    if code == 2:  # a usage error comes before any progress bar
+        assert result.stderr.splitlines() == lines, result.stderr
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
 
 
-def test_cli_run_default_config_prints_resolved_config():
-    result = specworker("run")
-    assert result.returncode == 0 and "Traceback" not in result.stderr, result
-    assert "configs/mtp_tiny.yaml" in result.stdout
-    assert "method: mtp" in result.stdout and "speculative_config.max_draft_token_num: 4" in result.stdout
+def write_config(path: Path, model: str, *, method: str = "mtp", device: str = "cpu", max_model_len: int = 128,
+                 accept_policy: str = "normal") -> Path:
+    spec = (f"  method: mtp\n  model: {model}\n  num_speculative_tokens: 2\n  num_model_steps: 2\n"
+            f"  verify_strategy: greedy\n  accept_policy: {accept_policy}\n") if method == "mtp" else "  method: none\n"
+    path.write_text(f"model: {{path: {model}, dtype: float32}}\n"
+                    f"scheduler: {{max_num_seqs: 2, max_model_len: {max_model_len}, block_size: 16, num_blocks: 32, "
+                    f"max_num_batched_tokens: 64}}\nspeculative_config:\n{spec}device: {device}\nseed: 0\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_ckpt(tmp_path_factory) -> Path:
+    """A small random-weight target + MTP checkpoint (2 layers, hidden 64, byte vocab)."""
+    import paddle
+
+    from specworker.model_executor.models import checkpoint as ck
+    from specworker.model_executor.models.llama import LlamaArch, LlamaModel
+    from specworker.model_executor.models.mtp import MTPDraft
+
+    out = tmp_path_factory.mktemp("ckpt")
+    arch = LlamaArch(vocab_size=259, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128,
+                     rope_theta=10000.0, rms_norm_eps=1e-6)
+    paddle.seed(1)
+    model = LlamaModel(arch)
+    ck.save_target(model, out)
+    ck.save_mtp(MTPDraft(model), out)
+    return out
+
+
+@pytest.fixture
+def prompts_file(tmp_path) -> Path:
+    path = tmp_path / "prompts.txt"
+    path.write_text("Hello there\n\nA short prompt\nThird one\n")
+    return path
 
 
 def test_cli_check_config_ok():
@@ -50,5 +86,132 @@ def test_cli_missing_checkpoint_and_usage_errors(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("model: {path: no-such-ckpt}\n")
     assert_one_line_error(specworker("run", "--config", str(path)), "model.path = 'no-such-ckpt'", "does not exist")
-    assert specworker("run", "--config", str(path), "--no-check-paths").returncode == 0
+    assert specworker("check-config", str(path), "--no-check-paths").returncode == 0
     assert_one_line_error(specworker("frobnicate"), "invalid choice: 'frobnicate'")
+
+
+def test_cli_run_weights_folder_without_checkpoint(tmp_path):
+    empty = tmp_path / "empty_ckpt"
+    empty.mkdir()
+    config = write_config(tmp_path / "c.yaml", str(empty), method="none")
+    assert_one_line_error(specworker("run", "--config", str(config)), "cannot load the model weights",
+                          str(empty / "config.json"), "not found")
+
+
+def test_cli_run_draft_weights_missing(tmp_path, tiny_ckpt):
+    config = write_config(tmp_path / "c.yaml", str(tiny_ckpt))
+    config.write_text(config.read_text().replace(f"  model: {tiny_ckpt}", f"  model: {tmp_path}"))
+    assert_one_line_error(specworker("run", "--config", str(config)), "cannot load the model weights",
+                          str(tmp_path / "mtp.safetensors"), "weights file not found")
+
+
+def test_cli_run_prompts_file_unreadable(tmp_path):
+    bad_utf8 = tmp_path / "latin1.txt"
+    bad_utf8.write_bytes(b"caf\xe9\n")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n")
+    cases = [(tmp_path / "missing.txt", "prompts file not found"), (tmp_path, "cannot read prompts file"),
+             (bad_utf8, "UnicodeDecodeError"), (empty, "no prompts")]
+    for path, why in cases:
+        for command in ("run", "bench"):
+            assert_one_line_error(specworker(command, "--prompts", str(path)), str(path), why)
+
+
+def test_cli_bench_rejects_batch_size_zero():
+    assert_one_line_error(specworker("bench", "--batch-sizes", "1,0,4"), "--batch-sizes", "'1,0,4'",
+                          "integers >= 1")
+    assert_one_line_error(specworker("bench", "--batch-sizes", "1,x"), "--batch-sizes", "'1,x'")
+    assert_one_line_error(specworker("run", "--max-tokens", "0"), "--max-tokens", "allowed: an integer >= 1")
+
+
+def test_cli_run_gpu_config_without_cuda_paddle(tmp_path):
+    import paddle
+
+    if paddle.is_compiled_with_cuda():
+        pytest.skip("this Paddle is a CUDA build: device gpu is allowed")
+    config = tmp_path / "gpu.yaml"
+    config.write_text((REPO / "configs" / "mtp_tiny.yaml").read_text().replace("device: cpu", "device: gpu"))
+    for command in ("run", "bench"):
+        assert_one_line_error(specworker(command, "--config", str(config)), "device = 'gpu'", "CPU-only",
+                              "paddlepaddle-gpu")
+
+
+def test_cli_run_prompt_longer_than_max_model_len(tmp_path, tiny_ckpt):
+    config = write_config(tmp_path / "c.yaml", str(tiny_ckpt), max_model_len=32)
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("ok\n" + "x" * 40 + "\n")
+    assert_one_line_error(specworker("run", "--config", str(config), "--prompts", str(prompts), "--max-tokens", "4"),
+                          "prompt 2", "max_model_len = 32")
+
+
+def test_cli_run_tiny_prints_completions_and_metrics(tmp_path, tiny_ckpt, prompts_file):
+    config = write_config(tmp_path / "c.yaml", str(tiny_ckpt))
+    out = tmp_path / "out" / "run.json"
+    result = specworker("run", "--config", str(config), "--prompts", str(prompts_file), "--max-tokens", "6",
+                        "--json", str(out))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result
+    assert "generating" in result.stderr and "tok" in result.stderr  # the tqdm bar
+    for line in ("[1] Hello there >>> ", "[2] A short prompt >>> ", "[3] Third one >>> ", "| requests ",
+                 "| tokens/s ", "| mean acceptance length ", "| acceptance, draft position 2 ", "| time: pre_process ",
+                 "| time: target forward ", "| time: sampling/verify ", "| time: proposer ", "| time: update "):
+        assert line in result.stdout, (line, result.stdout)
+    data = json.loads(out.read_text())
+    completions = data["completions"]
+    assert [c["prompt"] for c in completions] == ["Hello there", "A short prompt", "Third one"]
+    assert all(1 <= len(c["token_ids"]) <= 6 for c in completions)
+    assert data["metrics"]["tokens"] == sum(len(c["token_ids"]) for c in completions)
+    assert data["metrics"]["spec_decode"]["num_steps"] > 0
+
+
+def test_cli_bench_tiny_writes_json_png_and_readme(tmp_path, tiny_ckpt, prompts_file):
+    from specworker.report import README_BEGIN, README_END
+
+    config = write_config(tmp_path / "c.yaml", str(tiny_ckpt))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n{README_BEGIN}\nold table\n{README_END}\ntail\n")
+    out = tmp_path / "bench"
+    result = specworker("bench", "--config", str(config), "--prompts", str(prompts_file), "--batch-sizes", "1,2",
+                        "--max-tokens", "4", "--warmup", "1", "--repeats", "2", "--out", str(out), "--readme",
+                        str(readme))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result
+    bench = json.loads((out / "bench.json").read_text())
+    assert [r["batch_size"] for r in bench["results"]] == [1, 2]
+    for r in bench["results"]:
+        assert r["outputs_equal"] is True
+        for figure in (r["speedup"], r["baseline"]["tokens_per_s"], r["speculative"]["mean_acceptance_length"],
+                       r["speculative"]["phase_seconds"]["target_forward"]):
+            assert figure["min"] <= figure["median"] <= figure["max"]
+        assert len(r["speculative"]["acceptance_per_position"]) == 2 and "mean_acceptance_length" not in r["baseline"]
+        assert [d["min"] > 0 for d in r["speculative"]["drafted_per_position"]] == [True, True]  # num_model_steps 2
+        assert r["baseline"]["num_tokens"] == r["speculative"]["num_tokens"]
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table_rows = [line for line in result.stdout.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
+    assert len(table_rows) == 2, result.stdout
+    text = readme.read_text()
+    assert "old table" not in text and table_rows[0] in text and text.endswith(f"{README_END}\ntail\n")
+
+
+def test_cli_bench_fails_when_outputs_differ(tmp_path, tiny_ckpt, prompts_file):
+    """accept_all keeps every draft, so greedy speculative output is not the target's: the check must say so."""
+    config = write_config(tmp_path / "c.yaml", str(tiny_ckpt), accept_policy="accept_all")
+    result = specworker("bench", "--config", str(config), "--prompts", str(prompts_file), "--batch-sizes", "2",
+                        "--max-tokens", "8", "--out", str(tmp_path / "bench"))
+    assert_one_line_error(result, "batch size 2", "greedy outputs differ", "baseline", "speculative", code=1)
+    assert not (tmp_path / "bench" / "bench.json").exists()
+
+
+def test_cli_bench_rejects_non_speculative_config_and_readme_without_markers(tmp_path, tiny_ckpt):
+    config = write_config(tmp_path / "c.yaml", str(tiny_ckpt), method="none")
+    assert_one_line_error(specworker("bench", "--config", str(config)), "speculative_config.method = 'none'",
+                          "method: mtp")
+    readme = tmp_path / "README.md"
+    readme.write_text("# no markers\n")
+    assert_one_line_error(specworker("bench", "--readme", str(readme)), "README has no bench markers")
+
+
+@pytest.mark.skipif(not BUILTIN_WEIGHTS.exists(), reason="builtin:tiny weights are not in this checkout")
+def test_cli_run_default_config_is_make_run():
+    result = specworker("run", "--max-tokens", "4")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result
+    assert result.stdout.startswith("# configs/mtp_tiny.yaml: 16 prompts, greedy, max_tokens 4")
+    assert "[16] " in result.stdout and "| mean acceptance length " in result.stdout

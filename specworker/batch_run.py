@@ -1,0 +1,148 @@
+"""One measured batch: prompts through a fresh Worker to completion, timed, with the step-time split and the
+acceptance counters (what `specworker run` and `specworker bench` report). Also the prompts file and the
+user-facing load errors. Prints nothing; formatting lives in specworker.report.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from specworker.config import WorkerConfig
+from specworker.sampling_params import SamplingParams
+from specworker.spec_decode.metrics import SpecDecodeStats
+from specworker.tokenizer import ByteTokenizer
+from specworker.worker.request import FinishReason
+
+__all__ = ["DEFAULT_PROMPTS", "BatchRun", "UserError", "load_prompts", "load_worker", "queue_prompts", "run_batch",
+           "run_queued"]
+
+DEFAULT_PROMPTS = Path(__file__).resolve().parent / "data" / "prompts.txt"
+
+
+class UserError(ValueError):
+    """A mistake the user can fix (a file, a flag, the config vs the installed Paddle); the CLI shows it
+    as one line."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class BatchRun:
+    """What one batch produced and what it cost. Seconds are host wall time of the step loop only
+    (the worker's construction and add_request are outside it)."""
+
+    prompts: list[str]
+    token_ids: list[list[int]]  # generated ids per prompt, in prompt order
+    texts: list[str]  # token_ids decoded (special ids dropped)
+    finish_reasons: list[FinishReason]
+    seconds: float
+    num_steps: int
+    phase_seconds: dict[str, float]  # phase -> seconds summed over steps (Worker.phase_seconds)
+    spec_stats: SpecDecodeStats | None  # None for a non-speculative worker
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(ids) for ids in self.token_ids)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.num_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def load_prompts(path: str | Path) -> list[str]:
+    """One prompt per line (blank lines skipped). Raises UserError naming the file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: prompts file not found") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: cannot read prompts file ({type(err).__name__}: {err})") from None
+    prompts = [line for line in text.splitlines() if line.strip()]
+    if not prompts:
+        raise UserError(f"{path}: no prompts; allowed: one prompt per line (blank lines are skipped)")
+    return prompts
+
+
+def load_worker(config: WorkerConfig, *, source: str = "config"):
+    """A Worker for config. Raises UserError for `device: gpu` without a CUDA build of Paddle and for
+    weights that cannot be loaded (missing or malformed checkpoint files)."""
+    import paddle
+
+    from specworker.worker.worker import Worker
+
+    if config.device == "gpu" and not paddle.is_compiled_with_cuda():
+        raise UserError(f"{source}: device = 'gpu', but this Paddle ({paddle.__version__}) is a CPU-only build; "
+                        "allowed: device: cpu, or install paddlepaddle-gpu (README: GPU install)")
+    try:
+        return Worker(config)
+    except (FileNotFoundError, ValueError) as err:  # load_target / load_mtp's documented errors
+        raise UserError(f"{source}: cannot load the model weights: {err}") from None
+
+
+def queue_prompts(worker, prompts: Sequence[str], params: SamplingParams) -> list[str]:
+    """Adds every prompt (BOS + its UTF-8 bytes) to an idle worker; returns the request ids in prompt order.
+    Raises UserError, with nothing left queued, when a prompt cannot run (too long for max_model_len or the
+    KV cache)."""
+    if worker.has_unfinished():
+        raise ValueError("queue_prompts: the worker has unfinished requests; allowed: an idle worker")
+    tokenizer = ByteTokenizer()
+    req_ids = [f"batch{worker.num_steps}-{i}" for i in range(len(prompts))]
+    for i, (req_id, prompt) in enumerate(zip(req_ids, prompts)):
+        try:
+            worker.add_request(req_id, tokenizer.encode(prompt), params)
+        except ValueError as err:
+            for queued in req_ids[:i]:
+                worker.abort(queued)
+            shown = prompt if len(prompt) <= 40 else prompt[:40] + "..."
+            raise UserError(f"prompt {i + 1} ({shown!r}): {err}") from None
+    return req_ids
+
+
+def run_queued(worker, prompts: Sequence[str], req_ids: Sequence[str], *,
+               on_tokens: Callable[[int], None] | None = None) -> BatchRun:
+    """Steps the worker until every queued request finishes; on_tokens gets each step's number of new
+    tokens (progress bars). Counters are read as deltas, so a worker can serve several batches."""
+    phases_before, stats_before = dict(worker.phase_seconds), copy.deepcopy(worker.spec_stats)
+    steps_before, done = worker.num_steps, {}
+    start = time.perf_counter()
+    while worker.has_unfinished():
+        outs = worker.step()
+        for out in outs:
+            if out.finished:
+                done[out.request_id] = out
+        if on_tokens is not None:
+            on_tokens(sum(len(out.new_token_ids) for out in outs))
+    seconds = time.perf_counter() - start
+    token_ids = [done[r].output_token_ids for r in req_ids]
+    tokenizer = ByteTokenizer()
+    return BatchRun(prompts=list(prompts), token_ids=token_ids, texts=[tokenizer.decode(t) for t in token_ids],
+                    finish_reasons=[done[r].finish_reason for r in req_ids], seconds=seconds,
+                    num_steps=worker.num_steps - steps_before,
+                    phase_seconds={p: s - phases_before[p] for p, s in worker.phase_seconds.items()},
+                    spec_stats=_stats_delta(worker.spec_stats, stats_before))
+
+
+def run_batch(worker, prompts: Sequence[str], params: SamplingParams, *,
+              on_tokens: Callable[[int], None] | None = None) -> BatchRun:
+    """queue_prompts then run_queued: every prompt through an idle worker to completion.
+
+    Args:
+        worker: a Worker with no unfinished request.
+        prompts: the texts; each becomes BOS + its UTF-8 bytes.
+        params: sampling parameters shared by every request.
+        on_tokens: called after each step with the number of tokens the step generated.
+    Raises UserError when a prompt cannot be queued.
+    """
+    return run_queued(worker, prompts, queue_prompts(worker, prompts, params), on_tokens=on_tokens)
+
+
+def _stats_delta(after: SpecDecodeStats | None, before: SpecDecodeStats | None) -> SpecDecodeStats | None:
+    if after is None:
+        return None
+    return SpecDecodeStats(
+        after.num_speculative_tokens, num_steps=after.num_steps - before.num_steps,
+        num_drafted=after.num_drafted - before.num_drafted, num_accepted=after.num_accepted - before.num_accepted,
+        accepted_per_position=[a - b for a, b in zip(after.accepted_per_position, before.accepted_per_position)],
+        drafted_per_position=[a - b for a, b in zip(after.drafted_per_position, before.drafted_per_position)])

@@ -1,0 +1,134 @@
+"""The speculative-vs-baseline benchmark: per batch size, the same greedy requests run non-speculative and
+speculative, interleaved in one process, with warm-up and repetitions; every run's token ids are compared
+between the two modes. Returns plain data (bench.json); printing and plotting live in cli / report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import statistics
+from collections.abc import Callable, Sequence
+
+from specworker.batch_run import BatchRun, UserError, load_worker, run_batch
+from specworker.config import SchedulerConfig, SpeculativeConfig, WorkerConfig
+from specworker.sampling_params import SamplingParams
+
+__all__ = ["BenchSettings", "OutputMismatch", "bench_configs", "first_mismatch", "num_runs", "run_bench", "spread"]
+
+MODES = ("baseline", "speculative")
+
+
+class OutputMismatch(RuntimeError):
+    """Greedy speculative output differs from greedy non-speculative output: a correctness failure."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class BenchSettings:
+    batch_sizes: tuple[int, ...]  # concurrent requests (= slots) per measurement
+    max_tokens: int  # generated tokens per request at most
+    warmup: int  # untimed runs per mode and batch size (still checked for equality)
+    repeats: int  # timed runs per mode and batch size
+
+    def __post_init__(self) -> None:
+        if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
+            raise UserError(f"--batch-sizes = {','.join(map(str, self.batch_sizes))}; allowed: integers >= 1")
+        for name, low in (("max_tokens", 1), ("warmup", 0), ("repeats", 1)):
+            if getattr(self, name) < low:
+                raise UserError(f"--{name.replace('_', '-')} = {getattr(self, name)}; allowed: an integer >= {low}")
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """min / median / max of one figure over the repetitions."""
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def bench_configs(config: WorkerConfig, batch_size: int) -> tuple[WorkerConfig, WorkerConfig]:
+    """(baseline, speculative) configs for batch_size slots: the speculative one is config with the
+    scheduler widened to batch_size slots; the baseline is the same without a draft (method none)."""
+    sched, spec = config.scheduler, config.speculative_config
+    if not spec.needs_proposer:
+        raise UserError(f"speculative_config.method = {spec.method!r}: bench compares against speculative "
+                        "decoding; allowed: a config with method: mtp (e.g. configs/mtp_tiny.yaml)")
+    wide = SchedulerConfig(
+        max_num_seqs=batch_size, max_model_len=sched.max_model_len, block_size=sched.block_size,
+        num_blocks=max(sched.num_blocks, batch_size * sched.max_blocks_per_seq),
+        max_num_batched_tokens=max(sched.max_num_batched_tokens, batch_size * spec.max_draft_token_num))
+    speculative = dataclasses.replace(config, scheduler=wide)
+    return dataclasses.replace(speculative, speculative_config=SpeculativeConfig()), speculative
+
+
+def first_mismatch(baseline: BatchRun, speculative: BatchRun) -> str | None:
+    """None when every request generated the same ids in both runs, else where they first differ."""
+    for i, (a, b) in enumerate(zip(baseline.token_ids, speculative.token_ids)):
+        if a != b:
+            j = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            got = lambda ids: ids[j] if j < len(ids) else "end"  # noqa: E731
+            return (f"request {i} ({baseline.prompts[i][:30]!r}...) differs at token {j}: baseline {got(a)}, "
+                    f"speculative {got(b)} ({len(a)} vs {len(b)} tokens)")
+    return None
+
+
+def _summary(runs: list[BatchRun]) -> dict:
+    out = {"tokens_per_s": spread([r.tokens_per_s for r in runs]), "seconds": spread([r.seconds for r in runs]),
+           "num_tokens": spread([r.num_tokens for r in runs]), "num_steps": spread([r.num_steps for r in runs]),
+           "ms_per_step": spread([1e3 * r.seconds / max(r.num_steps, 1) for r in runs]),
+           "phase_seconds": {p: spread([r.phase_seconds[p] for r in runs]) for p in runs[0].phase_seconds}}
+    if runs[0].spec_stats is not None:
+        out["mean_acceptance_length"] = spread([r.spec_stats.mean_acceptance_length for r in runs])
+        k = runs[0].spec_stats.num_speculative_tokens
+        out["acceptance_per_position"] = [spread([r.spec_stats.acceptance_per_position[i] for r in runs])
+                                          for i in range(k)]
+        out["drafted_per_position"] = [spread([r.spec_stats.drafted_per_position[i] for r in runs]) for i in range(k)]
+    return out
+
+
+def _bench_one(config: WorkerConfig, prompts: Sequence[str], batch_size: int, settings: BenchSettings,
+               on_run: Callable[[], None] | None) -> dict:
+    """Interleaved baseline / speculative runs at one batch size; raises OutputMismatch on any difference."""
+    configs = dict(zip(MODES, bench_configs(config, batch_size)))
+    workers = {mode: load_worker(cfg, source=f"bench batch size {batch_size} ({mode})") for mode, cfg in configs.items()}
+    requests = [prompts[i % len(prompts)] for i in range(batch_size)]
+    params = SamplingParams(temperature=0.0, max_tokens=settings.max_tokens)
+    timed = {mode: [] for mode in MODES}
+    for rep in range(settings.warmup + settings.repeats):
+        order = MODES if rep % 2 == 0 else MODES[::-1]  # alternate who goes first: drift hits both
+        runs = {}
+        for mode in order:
+            runs[mode] = run_batch(workers[mode], requests, params)
+            if on_run is not None:
+                on_run()
+        where = first_mismatch(runs["baseline"], runs["speculative"])
+        if where is not None:
+            raise OutputMismatch(f"bench batch size {batch_size}, repetition {rep}: greedy outputs differ: {where}")
+        if rep >= settings.warmup:
+            for mode in MODES:
+                timed[mode].append(runs[mode])
+    speedups = [s.tokens_per_s / b.tokens_per_s for b, s in zip(timed["baseline"], timed["speculative"])]
+    return {"batch_size": batch_size, "num_requests": batch_size, "outputs_equal": True,
+            "speedup": spread(speedups), **{mode: _summary(timed[mode]) for mode in MODES}}
+
+
+def run_bench(config: WorkerConfig, prompts: Sequence[str], settings: BenchSettings, *, config_source: str,
+              on_run: Callable[[], None] | None = None) -> dict:
+    """Every batch size of settings; the bench.json content. on_run is called after each run (progress)."""
+    import paddle
+
+    for batch_size in settings.batch_sizes:
+        bench_configs(config, batch_size)  # reject a bad config before any run
+    results = [_bench_one(config, prompts, b, settings, on_run) for b in settings.batch_sizes]
+    return {
+        "config": config_source, "settings": dataclasses.asdict(settings) | {"temperature": 0.0},
+        "num_speculative_tokens": config.speculative_config.num_speculative_tokens,
+        "num_model_steps": config.speculative_config.num_model_steps,
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                    "cpu_count": os.cpu_count(),
+                    "python": platform.python_version(), "paddle": paddle.__version__, "device": config.device},
+        "results": results,
+    }
+
+
+def num_runs(settings: BenchSettings) -> int:
+    """Runs run_bench makes (progress bar total)."""
+    return len(settings.batch_sizes) * (settings.warmup + settings.repeats) * len(MODES)
