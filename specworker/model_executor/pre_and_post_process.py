@@ -38,7 +38,7 @@ def pre_process(
         layout_version: the InputBatch layout this meta is valid for.
         step_buffers: the batch's persistent PER_STEP buffers (share_inputs: ids_remove_padding,
             batch_id_per_token, cu_seqlens_q, cu_seqlens_k, seq_lens_output, batch_id_per_token_output,
-            cu_seqlens_q_output). When given, the results are written into them in place and the
+            cu_seqlens_q_output). When given, the results overwrite them and the
             ForwardMeta refers to them (the first token_num rows of the per-token ones), so every index
             tensor the step reads lives at a fixed address (CUDA-graph capture). None: fresh tensors.
     Returns:
@@ -81,7 +81,7 @@ STEP_FIELDS = PER_TOKEN_FIELDS + ("cu_seqlens_q", "cu_seqlens_k", "seq_lens_outp
 
 
 def _persist(fused, buffers: Mapping[str, paddle.Tensor], token_num: int):
-    """Copies the op's results into the persistent buffers (in place) and returns views of them."""
+    """Copies the op's results into the persistent buffers (overwriting them); returns views of them."""
     views = {}
     for name in STEP_FIELDS:
         buffer, value = buffers[name], getattr(fused, name)
