@@ -40,9 +40,10 @@ class Attention(paddle.nn.Layer):
         """Inference. x [T, H]; cos/sin [T, head_dim / 2]; caches [num_blocks, kv_heads, block_size, head_dim]."""
         t = x.shape[0]
         qkv = ops.batch_invariant_linear(x, self.qkv_proj)
-        q, k, v = paddle.split(qkv, [self.q_width, self.kv_width, self.kv_width], axis=-1)
-        q = apply_rotary(q.reshape([t, self.num_heads, self.head_dim]), cos, sin)
-        k = apply_rotary(k.reshape([t, self.num_kv_heads, self.head_dim]), cos, sin)
+        qk, v = paddle.split(qkv, [self.q_width + self.kv_width, self.kv_width], axis=-1)
+        # q and k heads rotated in one call (same positions): [T, num_heads + num_kv_heads, head_dim]
+        qk = apply_rotary(qk.reshape([t, self.num_heads + self.num_kv_heads, self.head_dim]), cos, sin)
+        q, k = paddle.split(qk, [self.num_heads, self.num_kv_heads], axis=1)
         v = v.reshape([t, self.num_kv_heads, self.head_dim])
         out = ops.paged_attention(q, k, v, key_cache, value_cache, block_tables, meta.cu_seqlens_q,
                                   meta.seq_lens_decoder, meta.seq_lens_this_time, meta.batch_id_per_token)
