@@ -23,6 +23,8 @@ DRAFT_BUFFERS: tuple[BufferSpec, ...] = (
     _slot("seq_lens_decoder", (N,), "int32", 0, "draft tokens in the draft KV cache"),
     _slot("step_idx", (N,), "int64", 0, "draft step index"),
     _slot("stop_flags", (N,), "bool", True, "draft slot idle"),
+    _slot("draft_probs", (N, "num_speculative_tokens", "vocab_size"), "float32", 0.0,
+          "distribution each draft was sampled from (rejection verification); moves with the slot"),
     BufferSpec("last_hidden", (N, "hidden_size"), "float32", 0.0, BufferKind.PER_STEP, False,
                "each slot's last draft hidden row, input of the next substep (rebuilt every substep)"),
     BufferSpec("not_need_stop", (1,), "bool", False, BufferKind.GLOBAL, False, "some draft slot runs"),

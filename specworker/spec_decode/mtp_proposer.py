@@ -13,12 +13,16 @@ import paddle
 
 from specworker.config import WorkerConfig
 from specworker.model_executor import ops
+from specworker.model_executor.layers.sampler import GREEDY_TEMPERATURE, first_argmax, sampling_weights
+from specworker.model_executor.layers.sampling_rng import counter_uniform, inverse_cdf_sample
 from specworker.model_executor.pre_and_post_process import pre_process
 from specworker.spec_decode.base import Proposer
 from specworker.spec_decode.mtp_buffers import DRAFT_BUFFERS
 from specworker.worker.input_batch import InputBatch
 
-__all__ = ["MTPProposer"]
+__all__ = ["DRAFT_SEED_OFFSET", "MTPProposer"]
+
+DRAFT_SEED_OFFSET = 0x6A09E667  # the draft's random stream: infer_seed + this (mod 2**32)
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +50,11 @@ class MTPProposer(Proposer):
                                 hidden_size=arch.hidden_size)
         self.buffers = self.batch.share_inputs
         self.kv_cache = make_kv_cache(config, arch, 1, place)
-        self.draft_probs = None  # greedy drafts: verification treats each draft as a one-hot distribution
+        # rejection verification needs the distribution each draft was drawn from: drafts are then sampled
+        # (temperature / top-k / top-p / min-p of the request) and their distributions kept; other
+        # strategies verify greedy drafts, whose distribution is one-hot (None to the verify op).
+        self.sample_drafts = spec.verify_strategy == "rejection"
+        self.draft_probs = self.buffers["draft_probs"] if self.sample_drafts else None
         # cu_seqlens_q_output for draft_model_update when `tokens` holds one row per slot
         self._one_row_per_slot = paddle.arange(config.scheduler.max_num_seqs + 1, dtype="int32").to(place)
 
@@ -73,6 +81,23 @@ class MTPProposer(Proposer):
 
     def move_slot(self, src: int, dst: int) -> None:
         self.batch.move_row(src, dst)
+
+    def _sample(self, logits, t, substep: int):
+        """Draft token of every slot drawn from q = the request's sampling distribution over the draft's
+        logits (greedy requests: one-hot argmax); q goes to draft_probs[:, substep] for verification.
+        The draw uses the counter generator keyed by (infer_seed + DRAFT_SEED_OFFSET, step_idx + substep),
+        a stream apart from the target's (seed, step_idx + j)."""
+        greedy = t["temperature"] < GREEDY_TEMPERATURE  # [N]
+        scale = paddle.where(greedy, paddle.ones_like(t["temperature"]), t["temperature"])
+        weights = sampling_weights(logits / scale.unsqueeze(-1), t["top_k"], t["top_p"], t["min_p"])  # [N, V]
+        seed = (t["infer_seed"] + DRAFT_SEED_OFFSET) % (1 << 32)
+        drawn = inverse_cdf_sample(weights, counter_uniform(seed, t["step_idx"] + substep))
+        total = paddle.clip(paddle.sum(weights, axis=-1, keepdim=True), min=1).astype("float64")
+        probs = (weights.astype("float64") / total).astype("float32")
+        best = first_argmax(logits)
+        one_hot = (paddle.arange(logits.shape[-1], dtype="int64").unsqueeze(0) == best.unsqueeze(-1)).astype("float32")
+        self.buffers["draft_probs"][:, substep] = paddle.where(greedy.unsqueeze(-1), one_hot, probs)
+        return paddle.where(greedy, best, drawn)
 
     # ---- the proposer's part of the step ----
     def run(self, *, target_hidden, meta, share_inputs) -> None:
@@ -104,7 +129,11 @@ class MTPProposer(Proposer):
             # neighbour's row; draft_model_update ignores stopped slots.
             last = paddle.gather(hidden, paddle.clip(dmeta.cu_seqlens_q[1:] - 1, min=0))  # [N, H]
             paddle.assign(last, output=d["last_hidden"])
-            tokens = paddle.argmax(self.draft.compute_logits(last), axis=-1)  # [N] int64
+            logits = self.draft.compute_logits(last)  # [N, V]
+            if self.sample_drafts:
+                tokens = self._sample(logits, t, substep)
+            else:
+                tokens = paddle.argmax(logits, axis=-1)  # [N] int64
             ops.draft_model_update(
                 tokens, d["draft_tokens"], d["pre_ids"], d["seq_lens_this_time"], d["seq_lens_encoder"],
                 d["seq_lens_decoder"], d["step_idx"], self._one_row_per_slot, d["stop_flags"],

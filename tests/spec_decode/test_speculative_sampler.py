@@ -99,3 +99,30 @@ def test_reasoning_constraint_rejects_bad_ids():
         ReasoningConstraint(think_end_id=1, line_break_id=2, allowed_token_ids=())
     with pytest.raises(ValueError, match="think_end_id"):
         ReasoningConstraint(think_end_id=-1, line_break_id=2, allowed_token_ids=(3,))
+
+
+def test_rejection_samples_drafts_and_keeps_their_distributions():
+    """With verify_strategy rejection the MTP drafts are drawn from the request's sampling distribution,
+    which is kept per slot for verification: every fed draft has q > 0 and each q sums to 1. Seeded
+    sampled speculation stays batch invariant (every draw is keyed by seed and position)."""
+    config = make_config("mtp", k=2, steps=2, strategy="rejection")
+    reqs = random_requests(6, seed=31, sampled=True, max_tokens=(8, 16))
+    worker = Worker(config)
+    for r in reqs:
+        worker.add_request(r.req_id, r.prompt, r.params)
+    checked = 0
+    while worker.has_unfinished():
+        worker.step()
+        probs = worker.runner.proposer.buffers["draft_probs"].numpy()  # [N, k, V]
+        drafts = worker.input_batch.share_inputs["draft_tokens"].numpy()  # [N, D]
+        for slot in worker.input_batch.occupied_slots:
+            for i in range(2):
+                token = drafts[slot, i + 1]
+                if token >= 0:
+                    assert probs[slot, i, token] > 0 and abs(probs[slot, i].sum() - 1) < 1e-4
+                    checked += 1
+    assert checked > 10
+    alone = {}
+    for r in reqs:
+        alone.update(drive(Worker(config), [r]))
+    assert {k: v[0] for k, v in drive(Worker(config), reqs).items()} == {k: v[0] for k, v in alone.items()}
