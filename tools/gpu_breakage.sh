@@ -15,6 +15,7 @@ cases=(
   "eagle_get_hidden_states|eagle_get_hidden_states.cu|s/draft_enc\[b\] : accept_num\[b\];/draft_enc[b] : accept_num[b] - (accept_num[b] > 1);/"
   "reasoning_phase_token_constraint|reasoning_phase_token_constraint.cu|s/} else if (status == 2) {/} else if (status == 99) {/"
   "speculate_get_token_penalty_multi_scores|speculate_get_token_penalty_multi_scores.cu|s/PenalizeHistory(p, row, c, b, hist, hist + drafts,/PenalizeHistory(p, row, c, b, hist, hist,/"
+  "speculate_pre_process|speculate_pre_process.cu|s/  return n <= 0 ? 0 : (n == 1 || e != 0) ? 1 : n;/  return n <= 0 ? 0 : (n == 1) ? 1 : n;/"
   "paged_attention|paged_attention.cu|s/  const int64_t num_keys = r.pos + 1;/  const int64_t num_keys = r.pos;/"
   "batch_invariant_linear|batch_invariant_linear.cu|s/acc\[i\]\[j\] = __fadd_rn(acc\[i\]\[j\], __fmul_rn(a\[i\], b\[j\]));/acc[i][j] = __fmaf_rn(a[i], b[j], acc[i][j]);/"
 )
