@@ -2,18 +2,21 @@
 
 Corpus: pydoc_data.topics.topics (ships with CPython, so it is offline on any machine), byte-level
 with BOS per topic. Topics sorted by name; every 10th (index % 10 == 5) is held out as eval text.
-Phase 1 trains the target (next byte); phase 2 trains the MTP draft on the frozen target's hidden
-states to predict the byte after next. Writes config.json, model.safetensors, mtp.safetensors, then
-prints eval losses, the draft/target top-1 agreement and the chained 1..3-draft acceptance
-(--eval-only re-evaluates a written pair).
+Phase 1 trains the target (next byte); phase 2 trains the MTP draft on the frozen target, unrolled over
+--mtp-unroll chained substeps (substep 1 reads the target's hidden states, later ones the draft's own, as
+the engine's substeps do; MTPDraft.forward_train_unrolled). Writes config.json, model.safetensors,
+mtp.safetensors, then prints eval losses, the draft/target top-1 agreement and the chained 1..3-draft
+acceptance (--eval-only re-evaluates a written pair; --init-target DIR skips phase 1 and keeps DIR's target).
 
     nice python tools/train_tiny_pair.py --out specworker/model_executor/models/weights/tiny
+    nice python tools/train_tiny_pair.py --out DIR --init-target specworker/model_executor/models/weights/tiny
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -25,7 +28,8 @@ import paddle.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specworker.config import BUILTIN_TARGETS, ModelConfig  # noqa: E402
-from specworker.model_executor.models.checkpoint import load_mtp, load_target, save_mtp, save_target  # noqa: E402
+from specworker.model_executor.models.checkpoint import (CONFIG_FILE, TARGET_FILE, load_mtp,  # noqa: E402
+                                                          load_target, save_mtp, save_target)
 from specworker.model_executor.models.llama import LlamaArch, LlamaModel  # noqa: E402
 from specworker.model_executor.models.mtp import MTPDraft  # noqa: E402
 from specworker.tokenizer import ByteTokenizer  # noqa: E402
@@ -48,9 +52,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--eval-windows", type=int, default=64, help="training-text windows for the final train loss")
     p.add_argument("--eval-limit", type=int, default=0, help="held-out windows to evaluate (0: all)")
     p.add_argument("--eval-only", action="store_true", help="load the pair from --out and only evaluate it")
+    p.add_argument("--init-target", default=None, help="train only the draft on the target in this model directory "
+                   "(its config.json / model.safetensors are copied to --out unchanged)")
+    p.add_argument("--mtp-unroll", type=int, default=3, help="chained draft substeps trained per position (>= 1)")
+    p.add_argument("--mtp-substep-weight", type=float, default=1.0,
+                   help="loss weight of substep s is this ** (s - 1); the loss is the weighted mean")
     for key in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size"):
         p.add_argument("--" + key.replace("_", "-"), type=int, default=tiny[key])
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.mtp_unroll < 1:
+        p.error(f"--mtp-unroll = {args.mtp_unroll}; allowed: >= 1")
+    if args.init_target is not None and args.eval_only:
+        p.error("--init-target and --eval-only exclude each other (--eval-only loads the pair from --out)")
+    return args
 
 
 def load_corpus() -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -94,18 +108,28 @@ def target_loss(model: LlamaModel, ids: paddle.Tensor) -> paddle.Tensor:
     return F.cross_entropy(logits.reshape([-1, logits.shape[-1]]), ids[:, 1:].reshape([-1, 1]))
 
 
-def mtp_outputs(model: LlamaModel, draft: MTPDraft, ids: paddle.Tensor):
-    """ids [B, L + 2] -> (draft logits [B, L, V] for token i+2, target logits [B, L + 1, V]) ."""
+def mtp_outputs(model: LlamaModel, draft: MTPDraft, ids: paddle.Tensor, substeps: int):
+    """ids [B, L + 2] -> (per substep s = 1..substeps: draft logits [B, L, V], column j predicting token
+    j+2 (columns j < s - 1 have no anchor), target hidden [B, L + 1, H] h_0 .. h_L)."""
     with paddle.no_grad():
-        hidden = model.forward_train(ids[:, :-1])  # [B, L + 1, H], h_0 .. h_L
+        hidden = model.forward_train(ids[:, :-1])
     length = ids.shape[1] - 2
-    draft_hidden = draft.forward_train(ids[:, 1:length + 1], hidden[:, :length])
-    return model.logits_train(draft_hidden), hidden
+    # teacher forcing: every substep reads the true token_{j+1}; only its hidden input is the draft's own
+    outs = draft.forward_train_unrolled(ids[:, 1:length + 1], hidden[:, :length], substeps)
+    return [model.logits_train(out) for out in outs], hidden
 
 
-def mtp_loss(model: LlamaModel, draft: MTPDraft, ids: paddle.Tensor) -> paddle.Tensor:
-    logits, _ = mtp_outputs(model, draft, ids)
-    return F.cross_entropy(logits.reshape([-1, logits.shape[-1]]), ids[:, 2:].reshape([-1, 1]))
+def substep_losses(logits: list[paddle.Tensor], ids: paddle.Tensor) -> list[paddle.Tensor]:
+    """Mean cross entropy of substep s over its anchored columns j >= s - 1 (labels token_{j+2} = ids[:, j + 2])."""
+    return [F.cross_entropy(lg[:, s:].reshape([-1, lg.shape[-1]]), ids[:, 2 + s:].reshape([-1, 1]))
+            for s, lg in enumerate(logits)]
+
+
+def mtp_loss(model: LlamaModel, draft: MTPDraft, ids: paddle.Tensor, args) -> tuple[paddle.Tensor, list]:
+    """(weighted mean of the substep losses, the substep losses) for the --mtp-unroll chain."""
+    losses = substep_losses(mtp_outputs(model, draft, ids, args.mtp_unroll)[0], ids)
+    weights = [args.mtp_substep_weight ** s for s in range(len(losses))]
+    return sum(w * loss for w, loss in zip(weights, losses)) / sum(weights), losses
 
 
 def train(params, loss_fn, stream, args, steps, peak_lr, name, rng) -> float:
@@ -114,35 +138,39 @@ def train(params, loss_fn, stream, args, steps, peak_lr, name, rng) -> float:
     start, running = time.time(), None
     for step in range(steps):
         opt.set_lr(lr_at(step, steps, peak_lr))
-        loss = loss_fn(random_windows(stream, args.batch_size, args.seq_len + 2, rng))
+        loss, parts = loss_fn(random_windows(stream, args.batch_size, args.seq_len + 2, rng))
         loss.backward()
         opt.step()
         opt.clear_grad()
         value = float(loss)
         running = value if running is None else 0.95 * running + 0.05 * value
         if (step + 1) % args.log_every == 0 or step + 1 == steps:
-            print(f"[{name}] step {step + 1}/{steps} loss {value:.4f} (avg {running:.4f}) "
+            each = f" substeps {' / '.join(f'{float(x):.4f}' for x in parts)}" if len(parts) > 1 else ""
+            print(f"[{name}] step {step + 1}/{steps} loss {value:.4f} (avg {running:.4f}){each} "
                   f"lr {opt.get_lr():.2e} {time.time() - start:.0f}s", flush=True)
     return running
 
 
 @paddle.no_grad()
-def evaluate(model: LlamaModel, draft: MTPDraft | None, batches) -> dict[str, float]:
-    """Eval losses (nats/byte) and the teacher-forced draft top-1 == target top-1 rate."""
-    t_loss = d_loss = agree = count = 0.0
+def evaluate(model: LlamaModel, draft: MTPDraft | None, batches, substeps: int = 1) -> dict:
+    """Eval losses (nats/byte): target, draft per substep 1..substeps (anchored columns only), and the
+    teacher-forced first-draft top-1 == target top-1 rate."""
+    t_loss = agree = count = 0.0
+    d_loss, d_count = np.zeros(substeps), np.zeros(substeps)
     for ids in batches:  # [b, L]; target sees L - 1 tokens, the draft L - 2 positions
         n = ids.shape[0] * (ids.shape[1] - 2)
         t_loss += float(target_loss(model, ids[:, :-1])) * n
         if draft is not None:
-            d_logits, hidden = mtp_outputs(model, draft, ids)
-            labels = ids[:, 2:]
-            d_loss += float(F.cross_entropy(d_logits.reshape([-1, d_logits.shape[-1]]), labels.reshape([-1, 1]))) * n
+            d_logits, hidden = mtp_outputs(model, draft, ids, substeps)
+            for s, loss in enumerate(substep_losses(d_logits, ids)):
+                d_loss[s] += float(loss) * ids.shape[0] * (ids.shape[1] - 2 - s)
+                d_count[s] += ids.shape[0] * (ids.shape[1] - 2 - s)
             t_top1 = model.logits_train(hidden[:, 1:]).argmax(-1)  # target's guess for token i+2
-            agree += float((d_logits.argmax(-1) == t_top1).astype("float32").sum())
+            agree += float((d_logits[0].argmax(-1) == t_top1).astype("float32").sum())
         count += n
     out = {"target_loss": t_loss / count}
     if draft is not None:
-        out.update(mtp_loss=d_loss / count, agreement=agree / count)
+        out.update(mtp_loss=(d_loss / d_count).tolist(), agreement=agree / count)
     return out
 
 
@@ -179,16 +207,32 @@ def train_pair(args, train_ids: np.ndarray, batches, rng) -> tuple[LlamaModel, M
                                                       "intermediate_size")})
     model = LlamaModel(arch)
     print(f"target: {arch}, {sum(int(np.prod(p.shape)) for p in model.parameters())} parameters")
-    train(model.parameters(), lambda ids: target_loss(model, ids[:, :-1]), train_ids, args, args.steps,
+    train(model.parameters(), lambda ids: (target_loss(model, ids[:, :-1]), []), train_ids, args, args.steps,
           args.lr, "target", rng)
     print(f"[target] eval loss {evaluate(model, None, batches)['target_loss']:.4f} nats/byte", flush=True)
+    return model, train_draft(model, args, train_ids, rng)
+
+
+def train_draft(model: LlamaModel, args, train_ids: np.ndarray, rng) -> MTPDraft:
+    """A fresh draft trained on the frozen `model` over args.mtp_unroll chained substeps."""
     for p in model.parameters():
         p.stop_gradient = True
     draft = MTPDraft(model)
-    print(f"draft: {sum(int(np.prod(p.shape)) for p in draft.parameters())} parameters of its own")
-    train(draft.parameters(), lambda ids: mtp_loss(model, draft, ids), train_ids, args, args.mtp_steps,
+    print(f"draft: {sum(int(np.prod(p.shape)) for p in draft.parameters())} parameters of its own, "
+          f"{args.mtp_unroll} substeps (weights {args.mtp_substep_weight} ** (s - 1))")
+    train(draft.parameters(), lambda ids: mtp_loss(model, draft, ids, args), train_ids, args, args.mtp_steps,
           args.mtp_lr, "mtp", rng)
-    return model, draft
+    return draft
+
+
+def copy_target(src: str, out: str) -> None:
+    """Copies src's config.json and model.safetensors into out byte for byte (nothing when the same directory)."""
+    src_dir, out_dir = Path(src).resolve(), Path(out).resolve()
+    if src_dir == out_dir:
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in (CONFIG_FILE, TARGET_FILE):
+        shutil.copyfile(src_dir / name, out_dir / name)
 
 
 def main(argv=None) -> None:
@@ -202,15 +246,24 @@ def main(argv=None) -> None:
     if args.eval_only:
         model = load_target(ModelConfig(path=args.out))
         draft = load_mtp(args.out, model)
+    elif args.init_target is not None:
+        model = load_target(ModelConfig(path=args.init_target))
+        print(f"target: loaded from {args.init_target} (frozen, not trained)")
+        draft = train_draft(model, args, train_ids, rng)
     else:
         model, draft = train_pair(args, train_ids, batches, rng)
-    final_train = evaluate(model, draft, eval_windows(train_ids, args.seq_len + 2, args.eval_windows))
-    final_eval = evaluate(model, draft, batches)
+    substeps = max(3, args.mtp_unroll)
+    final_train = evaluate(model, draft, eval_windows(train_ids, args.seq_len + 2, args.eval_windows), substeps)
+    final_eval = evaluate(model, draft, batches, substeps)
     for name, res in (("train", final_train), ("eval", final_eval)):
-        print(f"final {name}: target loss {res['target_loss']:.4f} nats/byte, mtp loss {res['mtp_loss']:.4f}, "
-              f"draft top-1 == target top-1 {res['agreement']:.4f}")
+        print(f"final {name}: target loss {res['target_loss']:.4f} nats/byte, mtp loss per substep "
+              + " / ".join(f"{x:.4f}" for x in res["mtp_loss"])
+              + f", draft top-1 == target top-1 {res['agreement']:.4f}")
     if not args.eval_only:
-        save_target(model, args.out)
+        if args.init_target is not None:
+            copy_target(args.init_target, args.out)
+        else:
+            save_target(model, args.out)
         save_mtp(draft, args.out)
         print(f"wrote {args.out} in {time.time() - t0:.0f}s", flush=True)
     positions = sorted({int(f * (args.seq_len - 3)) for f in (0.1, 0.3, 0.5, 0.7, 0.9)})

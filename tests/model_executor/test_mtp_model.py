@@ -99,3 +99,30 @@ def test_mtp_forward_makes_no_host_read(draft):
     with forbid_host_reads():
         out = draft(meta.ids_remove_padding, prev, meta, run.kv, run.tables)
         draft.compute_logits(out)
+
+
+@pytest.mark.parametrize("anchor", [0, 5])
+def test_mtp_unrolled_training_matches_chained_substeps(draft, anchor):
+    """forward_train_unrolled's substep s at position anchor + s - 1 equals the engine's chain: substep 1 over
+    positions 0..anchor (token, target hidden), then one position per substep fed the draft's own last hidden
+    row; the draft KV of position anchor + 1 is substep 2's when substep 3 reads it (anchor 0: no earlier
+    substep-1 keys besides position 0)."""
+    tokens, hidden = _request(12 + anchor, anchor + 3)
+    run = DraftRunner(draft, 1)
+    out, _, cu = run.step({0: (tokens[:anchor + 1], hidden[:anchor + 1], 0, True)})
+    chain = [rows_of(out, cu, 0)[-1]]
+    for s in (1, 2):
+        out, _, cu = run.step({0: ([tokens[anchor + s]], chain[-1][None], anchor + s, False)})
+        chain.append(rows_of(out, cu, 0)[0])
+    unrolled = draft.forward_train_unrolled(paddle.to_tensor([tokens]), paddle.to_tensor(hidden[None]), 3)
+    for s in range(3):
+        np.testing.assert_allclose(chain[s], unrolled[s].numpy()[0, anchor + s], rtol=0, atol=ATOL)
+
+
+def test_mtp_unrolled_first_substep_is_forward_train(draft):
+    tokens, hidden = _request(20, 9)
+    ids, hid = paddle.to_tensor([tokens]), paddle.to_tensor(hidden[None])
+    np.testing.assert_allclose(draft.forward_train_unrolled(ids, hid, 2)[0].numpy(),
+                               draft.forward_train(ids, hid).numpy(), rtol=0, atol=ATOL)
+    with pytest.raises(ValueError, match="num_substeps = 0"):
+        draft.forward_train_unrolled(ids, hid, 0)

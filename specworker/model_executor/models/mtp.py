@@ -3,16 +3,21 @@
 For position i: x = eh_proj(concat(enorm(embed(token_{i+1})), hnorm(h_i))), one decoder layer, output
 hidden before the final norm. Embedding, final norm and lm_head are the target's (shared, not copied);
 enorm, hnorm, eh_proj and the layer are the draft's own weights (the only ones in mtp.safetensors).
+Training paths: forward_train (first substep, target hidden), forward_train_unrolled (chained substeps).
 """
 
 from __future__ import annotations
 
+import math
+
 import paddle
+import paddle.nn.functional as F
 
 from specworker.model_executor import ops
 from specworker.model_executor.forward_meta import ForwardMeta
 from specworker.model_executor.layers.decoder_layer import DecoderLayer, make_weight
 from specworker.model_executor.layers.rms_norm import RMSNorm
+from specworker.model_executor.layers.rotary import apply_rotary
 from specworker.model_executor.models.kv_cache import KVCache
 from specworker.model_executor.models.llama import LlamaModel, token_positions
 
@@ -70,3 +75,82 @@ class MTPDraft(paddle.nn.Layer):
                                self.hnorm.forward_train(target_hidden)], axis=-1)
         x = paddle.matmul(fused, self.eh_proj)
         return self.layer.forward_train(x, self.target.rotary.cos[:length], self.target.rotary.sin[:length])
+
+    def forward_train_unrolled(self, ids: paddle.Tensor, target_hidden: paddle.Tensor,
+                               num_substeps: int) -> list[paddle.Tensor]:
+        """Training path of `num_substeps` chained substeps, all positions at once (teacher forcing).
+
+        Substep 1 is forward_train. Substep s > 1 at sequence position j reads token_{j+1} and substep
+        s - 1's output at position j - 1, as the engine's substep s does for the draft anchored at
+        i = j - s + 1. Its attention sees, per key position j' <= j, the K/V the inference cache would
+        hold there: substep s - (j - j') for j - j' < s - 1 (this step's chained positions), substep 1
+        for j - j' >= s - 1 (positions of earlier steps). Exact for teacher-forced (accepted) chains.
+
+        Args:
+            ids: [B, L] int64, token_{j+1} at column j (the true tokens, for every substep).
+            target_hidden: [B, L, H] float32, the target's h_j.
+            num_substeps: N >= 1.
+        Returns:
+            N tensors [B, L, H]; entry s - 1, column j: substep s's hidden at position j (its logits
+            predict token_{j+2}). Columns j < s - 1 have no anchor i >= 0: exclude them from losses.
+        """
+        if num_substeps < 1:
+            raise ValueError(f"forward_train_unrolled: num_substeps = {num_substeps}; allowed: >= 1")
+        length = ids.shape[1]
+        cos, sin = self.target.rotary.cos[:length], self.target.rotary.sin[:length]
+        embedded = self.enorm.forward_train(self.target.embed(ids))  # [B, L, H], shared by all substeps
+        hidden, keys, values, outs = target_hidden, [], [], []
+        for _ in range(num_substeps):
+            x = paddle.matmul(paddle.concat([embedded, self.hnorm.forward_train(hidden)], axis=-1), self.eh_proj)
+            outs.append(self._layer_train_chained(x, cos, sin, keys, values))
+            # row j of the next substep reads this substep's row j - 1 (row 0 has no anchor: zeros)
+            hidden = paddle.concat([paddle.zeros_like(outs[-1][:, :1]), outs[-1][:, :-1]], axis=1)
+        return outs
+
+    def _layer_train_chained(self, x, cos, sin, keys: list, values: list) -> paddle.Tensor:
+        """self.layer.forward_train for substep len(keys) + 1; appends its K/V to keys / values."""
+        layer, attn = self.layer, self.layer.attn
+        b, length = x.shape[0], x.shape[1]
+        qkv = paddle.matmul(layer.input_norm.forward_train(x), attn.qkv_proj)
+        q, k, v = paddle.split(qkv, [attn.q_width, attn.kv_width, attn.kv_width], axis=-1)
+        q = apply_rotary(q.reshape([b, length, attn.num_heads, attn.head_dim]), cos, sin)
+        k = apply_rotary(k.reshape([b, length, attn.num_kv_heads, attn.head_dim]), cos, sin)
+        v = v.reshape([b, length, attn.num_kv_heads, attn.head_dim])
+        group = attn.num_heads // attn.num_kv_heads
+        q, k, v = (a.transpose([0, 2, 1, 3]) for a in (q, k, v))  # [B, heads, L, head_dim]
+        keys.append(paddle.repeat_interleave(k, group, axis=1) if group > 1 else k)
+        values.append(paddle.repeat_interleave(v, group, axis=1) if group > 1 else v)
+        out = _chained_attention(q / math.sqrt(attn.head_dim), keys, values)  # [B, heads, L, head_dim]
+        x = x + paddle.matmul(out.transpose([0, 2, 1, 3]).reshape([b, length, attn.q_width]), attn.o_proj)
+        return x + layer.mlp.forward_train(layer.post_attn_norm.forward_train(x))
+
+
+def _shift(t: paddle.Tensor, d: int) -> paddle.Tensor:
+    """t [B, heads, L, D] moved d rows down along L (row j holds row j - d; the first d rows are zeros)."""
+    return t if d == 0 else paddle.concat([paddle.zeros_like(t[:, :, :d]), t[:, :, :-d]], axis=2)
+
+
+def _chained_attention(q: paddle.Tensor, keys: list, values: list) -> paddle.Tensor:
+    """Causal attention of substep s = len(keys) whose key j' for query j comes from substep
+    max(1, s - (j - j')): substep 1 everywhere j - j' >= s - 1 (dense scores), the diagonal bands
+    j - j' = d < s - 1 from substep s - d (one score per row).
+
+    Args:
+        q: [B, heads, L, D], already scaled by 1 / sqrt(D).
+        keys, values: s tensors [B, heads, L, D] each, substeps 1..s.
+    Returns:
+        [B, heads, L, D].
+    """
+    s, length = len(keys), q.shape[2]
+    # dense part: substep-1 keys at distance >= s - 1 (s = 1: plain causal attention)
+    far = paddle.triu(paddle.full([length, length], float("-inf"), dtype=q.dtype), diagonal=2 - s)
+    scores = [paddle.matmul(q, keys[0], transpose_y=True) + far]  # [B, heads, L, L]
+    row = paddle.arange(length).reshape([length, 1])
+    for d in range(s - 1):  # band d: substep s - d at distance d; rows j < d have no such key
+        band = (q * _shift(keys[s - 1 - d], d)).sum(-1, keepdim=True)  # [B, heads, L, 1]
+        scores.append(paddle.where(row >= d, band, paddle.full_like(band, float("-inf"))))
+    probs = paddle.split(F.softmax(paddle.concat(scores, axis=-1), axis=-1), [length] + [1] * (s - 1), axis=-1)
+    out = paddle.matmul(probs[0], values[0])
+    for d in range(s - 1):
+        out = out + probs[1 + d] * _shift(values[s - 1 - d], d)
+    return out
