@@ -213,7 +213,7 @@ def test_config_dataclasses_are_frozen():
 def test_config_derived_values_are_properties_not_fields():
     config = load_config(REPO / "configs" / "mtp_tiny.yaml")
     assert config.speculative_config.max_draft_token_num == config.speculative_config.num_speculative_tokens + 1
-    assert config.scheduler.max_blocks_per_seq == 16 and config.max_output_token_num == 8  # N 4, D 2
+    assert config.scheduler.max_blocks_per_seq == 16 and config.max_output_token_num == 12  # N 4, D 3
     flat = {name for section in config.to_dict().values() if isinstance(section, dict) for name in section}
     assert not flat & {"max_draft_token_num", "enabled", "needs_proposer", "max_blocks_per_seq", "head_dim"}
 
