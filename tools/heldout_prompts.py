@@ -9,8 +9,7 @@ import argparse
 from pathlib import Path
 
 from pydoc_data.topics import topics
-
-EVAL_EVERY, EVAL_OFFSET = 10, 5  # the split of tools/train_tiny_pair.py
+from train_tiny_pair import EVAL_EVERY, EVAL_OFFSET  # the held-out split (tools/ is on sys.path when run)
 
 
 def heldout_prompts(count: int, length: int) -> list[str]:

@@ -57,27 +57,28 @@ def pre_process(
     num_draft_tokens = 0 if draft_tokens is None else draft_tokens.shape[1] - 1
     if step_buffers is not None:
         fused = _persist(fused, step_buffers, token_num_cpu)
-    return ForwardMeta(
-        ids_remove_padding=fused.ids_remove_padding,
-        batch_id_per_token=fused.batch_id_per_token,
-        cu_seqlens_q=fused.cu_seqlens_q,
-        cu_seqlens_k=fused.cu_seqlens_k,
-        seq_lens_this_time=seq_lens_this_time,
-        seq_lens_encoder=seq_lens_encoder,
-        seq_lens_decoder=seq_lens_decoder,
-        seq_lens_output=fused.seq_lens_output,
-        batch_id_per_token_output=fused.batch_id_per_token_output,
-        cu_seqlens_q_output=fused.cu_seqlens_q_output,
-        token_num=token_num_cpu,
-        output_capacity=seq_lens_this_time.shape[0] * (num_draft_tokens + 1),
-        num_draft_tokens=num_draft_tokens,
-        layout_version=layout_version,
-    )
+    return _forward_meta({name: getattr(fused, name) for name in STEP_FIELDS}, seq_lens_this_time, seq_lens_encoder,
+                         seq_lens_decoder, token_num_cpu, num_draft_tokens, layout_version)
 
 
 PER_TOKEN_FIELDS = ("ids_remove_padding", "batch_id_per_token")  # [token_num] views of [capacity] buffers
 STEP_FIELDS = PER_TOKEN_FIELDS + ("cu_seqlens_q", "cu_seqlens_k", "seq_lens_output", "batch_id_per_token_output",
                                   "cu_seqlens_q_output")
+
+
+def _forward_meta(index: Mapping[str, paddle.Tensor], seq_lens_this_time, seq_lens_encoder, seq_lens_decoder,
+                  token_num: int, num_draft_tokens: int, layout_version: int) -> ForwardMeta:
+    """ForwardMeta from the STEP_FIELDS index tensors and the step's per-slot lengths."""
+    return ForwardMeta(
+        **index,
+        seq_lens_this_time=seq_lens_this_time,
+        seq_lens_encoder=seq_lens_encoder,
+        seq_lens_decoder=seq_lens_decoder,
+        token_num=token_num,
+        output_capacity=seq_lens_this_time.shape[0] * (num_draft_tokens + 1),
+        num_draft_tokens=num_draft_tokens,
+        layout_version=layout_version,
+    )
 
 
 def _persist(fused, buffers: Mapping[str, paddle.Tensor], token_num: int):
@@ -128,22 +129,17 @@ def pre_process_unfused(
     output_capacity = seq_lens_this_time.shape[0] * (num_draft_tokens + 1)
     # Index-only call: no token copy, and the capacity is a bound, so T_out is never read on the host.
     output_side = ops.get_padding_offset(None, seq_lens_output, None, None, output_capacity)
-    return ForwardMeta(
-        ids_remove_padding=packed.ids_remove_padding,
-        batch_id_per_token=packed.batch_id_per_token,
-        cu_seqlens_q=packed.cu_seqlens_q,
-        cu_seqlens_k=packed.cu_seqlens_k,
-        seq_lens_this_time=seq_lens_this_time,
-        seq_lens_encoder=seq_lens_encoder,
-        seq_lens_decoder=seq_lens_decoder,
-        seq_lens_output=seq_lens_output,
-        batch_id_per_token_output=output_side.batch_id_per_token,
-        cu_seqlens_q_output=output_side.cu_seqlens_q,
-        token_num=token_num_cpu,
-        output_capacity=output_capacity,
-        num_draft_tokens=num_draft_tokens,
-        layout_version=layout_version,
-    )
+    index = {
+        "ids_remove_padding": packed.ids_remove_padding,
+        "batch_id_per_token": packed.batch_id_per_token,
+        "cu_seqlens_q": packed.cu_seqlens_q,
+        "cu_seqlens_k": packed.cu_seqlens_k,
+        "seq_lens_output": seq_lens_output,
+        "batch_id_per_token_output": output_side.batch_id_per_token,
+        "cu_seqlens_q_output": output_side.cu_seqlens_q,
+    }
+    return _forward_meta(index, seq_lens_this_time, seq_lens_encoder, seq_lens_decoder, token_num_cpu,
+                         num_draft_tokens, layout_version)
 
 
 def gather_logit_rows(hidden_states: paddle.Tensor, meta: ForwardMeta) -> paddle.Tensor:

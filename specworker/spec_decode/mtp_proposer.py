@@ -13,8 +13,7 @@ import paddle
 
 from specworker.config import WorkerConfig
 from specworker.model_executor import ops
-from specworker.model_executor.layers.sampler import GREEDY_TEMPERATURE, first_argmax, sampling_weights
-from specworker.model_executor.layers.sampling_rng import counter_uniform, inverse_cdf_sample
+from specworker.model_executor.layers.sampler import GREEDY_TEMPERATURE, sample_rows
 from specworker.model_executor.pre_and_post_process import pre_process
 from specworker.spec_decode.base import Proposer
 from specworker.spec_decode.mtp_buffers import DRAFT_BUFFERS
@@ -38,7 +37,6 @@ class MTPProposer(Proposer):
 
     def __init__(self, config: WorkerConfig, *, target, place, draft=None):
         from specworker.model_executor.models.checkpoint import load_mtp
-        from specworker.worker.model_loading import make_kv_cache
 
         spec = config.speculative_config
         self.num_model_steps = spec.num_model_steps
@@ -49,7 +47,7 @@ class MTPProposer(Proposer):
         self.batch = InputBatch(config, place, vocab_size=arch.vocab_size, table=DRAFT_BUFFERS,
                                 hidden_size=arch.hidden_size)
         self.buffers = self.batch.share_inputs
-        self.kv_cache = make_kv_cache(config, arch, 1, place)
+        self.kv_cache = self.draft.new_kv_cache(config.scheduler.num_blocks, config.scheduler.block_size, place)
         # rejection verification needs the distribution each draft was drawn from: drafts are then sampled
         # (temperature / top-k / top-p / min-p of the request) and their distributions kept; other
         # strategies verify greedy drafts, whose distribution is one-hot (None to the verify op).
@@ -89,15 +87,11 @@ class MTPProposer(Proposer):
         a stream apart from the target's (seed, step_idx + j)."""
         greedy = t["temperature"] < GREEDY_TEMPERATURE  # [N]
         scale = paddle.where(greedy, paddle.ones_like(t["temperature"]), t["temperature"])
-        weights = sampling_weights(logits / scale.unsqueeze(-1), t["top_k"], t["top_p"], t["min_p"])  # [N, V]
-        seed = (t["infer_seed"] + DRAFT_SEED_OFFSET) % (1 << 32)
-        drawn = inverse_cdf_sample(weights, counter_uniform(seed, t["step_idx"] + substep))
-        total = paddle.clip(paddle.sum(weights, axis=-1, keepdim=True), min=1).astype("float64")
-        probs = (weights.astype("float64") / total).astype("float32")
-        best = first_argmax(logits)
-        one_hot = (paddle.arange(logits.shape[-1], dtype="int64").unsqueeze(0) == best.unsqueeze(-1)).astype("float32")
-        self.buffers["draft_probs"][:, substep] = paddle.where(greedy.unsqueeze(-1), one_hot, probs)
-        return paddle.where(greedy, best, drawn)
+        tokens, probs = sample_rows(
+            logits / scale.unsqueeze(-1), greedy=greedy, top_k=t["top_k"], top_p=t["top_p"], min_p=t["min_p"],
+            seed=(t["infer_seed"] + DRAFT_SEED_OFFSET) % (1 << 32), counter=t["step_idx"] + substep)
+        self.buffers["draft_probs"][:, substep] = probs
+        return tokens
 
     # ---- the proposer's part of the step ----
     def run(self, *, target_hidden, meta, share_inputs) -> None:

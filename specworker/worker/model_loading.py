@@ -10,25 +10,16 @@ from specworker.config import WorkerConfig
 from specworker.spec_decode.base import NaiveProposer, Proposer
 from specworker.tokenizer import EOS_TOKEN_ID
 
-__all__ = ["WorkerParts", "build_model_and_proposer", "make_kv_cache"]
+__all__ = ["WorkerParts", "build_model_and_proposer"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerParts:
-    model: object  # forward(ids, meta, kv_cache, block_tables) -> [T, H]; compute_logits(rows) -> [R, V]
+    model: object  # forward(ids, meta, kv_cache, block_tables) -> [T, H]; compute_logits(rows); new_kv_cache(...)
     kv_cache: object
     proposer: Proposer
     vocab_size: int
     eos_token_ids: list[int]
-
-
-def make_kv_cache(config: WorkerConfig, arch, num_layers: int, place):
-    """A KVCache for `num_layers` layers of `arch` (num_kv_heads, head_dim) with the scheduler's blocks."""
-    from specworker.model_executor.models.kv_cache import KVCache
-
-    sched = config.scheduler
-    return KVCache(num_layers, sched.num_blocks, arch.num_kv_heads, sched.block_size, arch.head_dim,
-                   config.model.dtype, place)
 
 
 def build_model_and_proposer(config: WorkerConfig, place, *, model=None, proposer=None) -> WorkerParts:
@@ -39,7 +30,7 @@ def build_model_and_proposer(config: WorkerConfig, place, *, model=None, propose
     if model is None:
         model = load_target(config.model, place)
     arch = model.arch
-    kv_cache = make_kv_cache(config, arch, arch.num_layers, place)
+    kv_cache = model.new_kv_cache(config.scheduler.num_blocks, config.scheduler.block_size, place)
     if proposer is None:
         if config.speculative_config.needs_proposer:
             from specworker.spec_decode.mtp_proposer import MTPProposer

@@ -68,6 +68,9 @@ class _Scripted:
     def forward(self, *args):
         return self.model.forward(*args)
 
+    def new_kv_cache(self, *args):
+        return self.model.new_kv_cache(*args)
+
     def compute_logits(self, rows):
         bias = np.zeros([rows.shape[0], self.arch.vocab_size], np.float32)
         bias[:, self.script[min(self.calls, len(self.script) - 1)]] = 1e3

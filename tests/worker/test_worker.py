@@ -122,6 +122,9 @@ class _EosBiased:
     def forward(self, *args):
         return self.model.forward(*args)
 
+    def new_kv_cache(self, *args):
+        return self.model.new_kv_cache(*args)
+
     def compute_logits(self, rows):
         return self.model.compute_logits(rows) + self.bias
 

@@ -16,7 +16,7 @@ from specworker.model_executor.forward_meta import ForwardMeta
 from specworker.model_executor.layers.sampling_rng import counter_uniform, inverse_cdf_sample
 
 __all__ = ["GREEDY_TEMPERATURE", "MAX_VOCAB", "SamplingMetadata", "SamplerOutput", "Sampler",
-           "first_argmax", "softmax_weights", "sampling_weights"]
+           "first_argmax", "sample_rows", "softmax_weights", "sampling_weights"]
 
 GREEDY_TEMPERATURE = 1e-5  # a slot whose temperature is below this samples greedily
 MAX_VOCAB = 2**18  # a row's total weight (< V * 2**34) stays below 2**53, exact in float64
@@ -176,6 +176,29 @@ def sampling_weights(logits: paddle.Tensor, top_k: paddle.Tensor, top_p: paddle.
     return paddle.where(keep, w, paddle.zeros_like(w))
 
 
+def sample_rows(logits: paddle.Tensor, *, greedy: paddle.Tensor | None = None, top_k: paddle.Tensor | None = None,
+                top_p: paddle.Tensor | None = None, min_p: paddle.Tensor | None = None,
+                seed: paddle.Tensor | None = None, counter: paddle.Tensor | None = None
+                ) -> tuple[paddle.Tensor, paddle.Tensor]:
+    """One token per row and the distribution it was drawn from (shared by the Sampler and the MTP drafts).
+
+    Greedy rows (and every row when greedy is None) take first_argmax with a one-hot distribution; the
+    others draw by inverse CDF over sampling_weights with counter_uniform(seed, counter).
+    Args: logits [R, V] float32 (temperature already applied); greedy [R] bool; top_k [R] int64;
+        top_p, min_p [R] float32; seed, counter [R] int64.
+    Returns: (tokens [R] int64, probs [R, V] float32).
+    """
+    best = first_argmax(logits)
+    one_hot = (paddle.arange(logits.shape[-1], dtype="int64").unsqueeze(0) == best.unsqueeze(-1)).astype("float32")
+    if greedy is None:
+        return best, one_hot
+    weights = sampling_weights(logits, top_k, top_p, min_p)  # [R, V]
+    drawn = inverse_cdf_sample(weights, counter_uniform(seed, counter))
+    total = paddle.clip(paddle.sum(weights, axis=-1, keepdim=True), min=1).astype("float64")
+    probs = (weights.astype("float64") / total).astype("float32")
+    return paddle.where(greedy, best, drawn), paddle.where(greedy.unsqueeze(-1), one_hot, probs)
+
+
 class Sampler:
     """Turns logit rows into tokens: penalties, then greedy argmax or seeded top-k/top-p/min-p draws.
 
@@ -203,7 +226,7 @@ class Sampler:
         Returns:
             SamplerOutput; `logits` is the input tensor, updated.
         """
-        rows, vocab = self._check(logits, meta, sampling)
+        rows, _ = self._check(logits, meta, sampling)
         slot_ids = meta.batch_id_per_token_output[:rows]
         valid = slot_ids >= 0  # [R]
         slot = paddle.clip(slot_ids, min=0).astype("int64")
@@ -219,20 +242,13 @@ class Sampler:
             meta.cu_seqlens_q_output, 0, sampling.draft_tokens,
         )
 
-        best = first_argmax(logits)
-        one_hot = (paddle.arange(vocab, dtype="int64").unsqueeze(0) == best.unsqueeze(-1)).astype("float32")
         if all_greedy:
-            tokens, probs = best, one_hot
+            tokens, probs = sample_rows(logits)
         else:
-            weights = sampling_weights(logits, paddle.gather(sampling.top_k, slot),
-                                       paddle.gather(sampling.top_p, slot), paddle.gather(sampling.min_p, slot))
-            counter = paddle.gather(sampling.step_idx, slot) + local
-            drawn = inverse_cdf_sample(weights, counter_uniform(paddle.gather(sampling.infer_seed, slot), counter))
-            total = paddle.clip(paddle.sum(weights, axis=-1, keepdim=True), min=1).astype("float64")
-            probs = (weights.astype("float64") / total).astype("float32")  # [R, V]
-            greedy = paddle.gather(greedy_slot, slot)  # [R]
-            tokens = paddle.where(greedy, best, drawn)
-            probs = paddle.where(greedy.unsqueeze(-1), one_hot, probs)
+            tokens, probs = sample_rows(
+                logits, greedy=paddle.gather(greedy_slot, slot), top_k=paddle.gather(sampling.top_k, slot),
+                top_p=paddle.gather(sampling.top_p, slot), min_p=paddle.gather(sampling.min_p, slot),
+                seed=paddle.gather(sampling.infer_seed, slot), counter=paddle.gather(sampling.step_idx, slot) + local)
         tokens = paddle.where(valid, tokens, paddle.full_like(tokens, -1))
         probs = paddle.where(valid.unsqueeze(-1), probs, paddle.zeros_like(probs))
         return SamplerOutput(sampled_token_ids=tokens, probs=probs, logits=logits)
