@@ -13,6 +13,6 @@ setup(
     packages=find_packages(include=["specworker", "specworker.*"]),
     package_data={"specworker": ["data/*.txt"]},
     python_requires=">=3.10",
-    install_requires=["numpy>=1.26", "pyyaml>=6.0", "safetensors>=0.4", "tqdm>=4.66", "matplotlib>=3.7"],
+    install_requires=["numpy>=1.26", "pyyaml>=6.0", "safetensors>=0.4", "tokenizers>=0.20", "gguf>=0.10", "jinja2>=3.1", "tqdm>=4.66", "matplotlib>=3.7"],
     entry_points={"console_scripts": ["specworker = specworker.cli:main"]},
 )
