@@ -53,14 +53,18 @@ def check(torch, probs, top_p_rows, batch_ids, top_p, C, ours_out):
     """Raises AssertionError when our outputs disagree with torch or the reference."""
     scores, tokens, lens = ours_out
     vals, ids = torch.topk(probs, C + 1, dim=-1)  # one extra to see ties at the cut
-    assert torch.equal(scores, vals[:, :C]), "scores differ from torch.topk values"
+    # Only the first lens[t] entries are candidates; the rest are token -1, score 0.
+    kept = torch.arange(C, device=lens.device)[None, :] < lens[:, None].long()
+    assert torch.equal(scores[kept], vals[:, :C][kept]), "scores differ from torch.topk values"
+    assert bool((scores[~kept] == 0).all()) and bool((tokens[~kept] == -1).all()), \
+        "entries past actual_candidate_lens are not -1 / 0"
     # torch.topk does not promise an order among equal values; compare ids where not tied.
     tied = torch.zeros_like(vals, dtype=torch.bool)
     tied[:, 1:] |= vals[:, 1:] == vals[:, :-1]
     tied[:, :-1] |= vals[:, :-1] == vals[:, 1:]
     tied, ids = tied[:, :C], ids[:, :C]
-    assert torch.equal(tokens[~tied], ids[~tied]), "ids differ from torch.topk at untied positions"
-    s = scores.cpu().numpy()
+    assert torch.equal(tokens[kept & ~tied], ids[kept & ~tied]), "ids differ from torch.topk at untied positions"
+    s = vals[:, :C].cpu().numpy()
     p = top_p_rows.cpu().numpy()
     want = np.full(s.shape[0], C, np.int32)
     for t in range(s.shape[0]):  # sequential float32 sums, as the op defines them

@@ -159,7 +159,7 @@ class SpeculativeConfig:
     verify_strategy: str = "topp"  # FastDeploy's default; greedy, target_match and rejection are lossless
     accept_policy: str = "normal"
     max_candidate_len: int = 5  # C of top_p_candidates (topp)
-    verify_window: int = 2  # topp bulk-accept fallback window
+    verify_window: int = 2  # FastDeploy's topp verify window; no effect (docs/architecture.md, Top-p verification)
     benchmark_mode: bool = False  # reject every draft (acceptance 0), for measuring overhead
 
     def __post_init__(self) -> None:

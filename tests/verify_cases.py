@@ -97,7 +97,9 @@ def make_verify_case(seed: int, bsz: int, kind: str = "mixed", strategy: str = "
             elif strategy == "target_match":
                 tok = sampled[row] if x < 0.7 else rng.integers(0, V)
             elif strategy == "topp" and x < 0.3:
-                tok = verify_tokens[row, 1 if x < 0.15 else rng.integers(0, C)]  # window / set
+                # the second candidate, or any: verify_tokens lists all C (unlike top_p_candidates'
+                # output), so rows whose length is shorter check that verify ignores the rest
+                tok = verify_tokens[row, 1 if x < 0.15 else rng.integers(0, C)]
             else:
                 tok = verify_tokens[row, 0] if x < 0.7 else rng.integers(0, V)
             draft_tokens[b, i] = tok
@@ -292,20 +294,22 @@ def expected_outputs(case: dict, tokens, steps, stops) -> dict:
 def strategy_literal_cases() -> dict:
     """Literal cases where a strategy departs from greedy: name -> (case, expected)."""
     cases = {}
-    # topp: candidate-set acceptance, the verify-window fallback, clamped candidate lengths.
+    # topp: candidate-set acceptance, no acceptance outside the set, clamped candidate lengths.
     base, _ = literal_case("match_and_mismatch", "topp_top1_bonus")
     topp = dict(base, verify_tokens=np.full((12, 3), 15, np.int64),
                 verify_scores=np.tile(np.array([[0.6, 0.3, 0.1]], np.float32), (12, 1)),
                 actual_candidate_len=np.ones(12, np.int32),
                 draft_tokens=np.array([[9, 6, 7, 8], [9, 6, 7, 8], [9, 6, 7, 1]], np.int64))
-    # slot 0 rows 0-3: row 0 lists 6 within its 2 candidates; slot 1 rows 4-7: window fallback;
-    # slot 2 rows 8-11: the fallback fails at row 10 (top-1 8 != draft 1).
+    # slot 0 rows 0-3: row 0 lists 6 within its 2 candidates; slots 1 (rows 4-7) and 2 (rows
+    # 8-11): the draft 6 is the second entry of a one-candidate row, outside the top-p set, so it
+    # is rejected even though the next drafts equal their rows' top-1 (issue 16: FastDeploy's
+    # verify-window fallback used to accept slot 1 as [6, 7, 8, 12]); correction = top-1 5.
     topp["verify_tokens"][:, :3] = [[5, 6, 11], [7, 1, 1], [8, 1, 1], [10, 1, 1],
                                     [5, 6, 11], [7, 1, 1], [8, 1, 1], [12, 1, 1],
                                     [5, 6, 11], [7, 1, 1], [8, 1, 1], [13, 1, 1]]
     topp["actual_candidate_len"][0] = 2
-    cases["topp_candidates_and_window"] = (topp, expected_outputs(
-        topp, [[6, 7, 8, 10], [6, 7, 8, 12], [5]], [4, 4, 1], [False] * 3))
+    cases["topp_candidate_set_only"] = (topp, expected_outputs(
+        topp, [[6, 7, 8, 10], [5], [5]], [4, 1, 1], [False] * 3))
 
     topp2 = dict(topp, verify_tokens=topp["verify_tokens"].copy(), verify_scores=topp["verify_scores"].copy(),
                  actual_candidate_len=np.ones(12, np.int32),
@@ -315,10 +319,27 @@ def strategy_literal_cases() -> dict:
     topp2["verify_tokens"][:9, :3] = [[5, 6, 11], [7, 1, 1], [8, 1, 1], [10, 1, 1],
                                       [5, 6, 11], [7, 1, 1], [9, 1, 1],
                                       [5, 6, 11], [13, 1, 1]]
-    topp2["verify_scores"][0] = [1.0, 0.0, 0.0]  # a zero-probability second candidate never passes
+    topp2["verify_scores"][0] = [1.0, 0.0, 0.0]  # slot 0: a zero-probability second entry
+    # slot 1: the second entry outside the set followed by one top-1 match; both rejected
     topp2["actual_candidate_len"][7] = 9  # clamped to C = 3: the third candidate 11 is in the set
-    cases["topp_zero_score_short_window_clamped_len"] = (topp2, expected_outputs(
+    cases["topp_outside_set_short_run_clamped_len"] = (topp2, expected_outputs(
         topp2, [[5], [5], [11, 13]], [1, 1, 2], [False] * 3))
+
+    # FastDeploy's top_p_candidates zero-fills past the length (token 0, score 0). Token 0 is a
+    # vocabulary id: a draft 0 must not match those entries (FastDeploy's own verify-window
+    # fallback reads the second entry unconditionally and would accept slot 0 as [0, 7, 8, 10]).
+    # Slot 1: with two candidates 0 is inside the set and accepted; slot 2: length 0 keeps none.
+    topp3 = dict(topp, verify_tokens=np.zeros((12, 3), np.int64),
+                 verify_scores=np.zeros((12, 3), np.float32),
+                 actual_candidate_len=np.ones(12, np.int32),
+                 draft_tokens=np.array([[9, 0, 7, 8], [9, 0, 7, 8], [9, 0, 7, 8]], np.int64))
+    topp3["verify_tokens"][:, 0] = [5, 7, 8, 10, 5, 7, 8, 12, 5, 7, 8, 13]
+    topp3["verify_scores"][:, 0] = 0.6
+    topp3["verify_scores"][4, 1] = 0.3
+    topp3["actual_candidate_len"][4] = 2
+    topp3["actual_candidate_len"][8] = 0
+    cases["topp_zero_filled_entries_are_not_candidates"] = (topp3, expected_outputs(
+        topp3, [[5], [0, 7, 8, 12], [5]], [1, 4, 1], [False] * 3))
 
     # target_match follows sampled_token_ids, not the candidates.
     tm, _ = literal_case("match_and_mismatch", "greedy")
@@ -349,6 +370,45 @@ def strategy_literal_cases() -> dict:
     cases["rejection_ratio_one_zero_q_and_empty_residual"] = (rj, expected_outputs(
         rj, [[5, 7, 8, 10], [4], [7]], [4, 1, 1], [False] * 3))
     return cases
+
+
+def topp_outside_set_case() -> tuple[np.ndarray, np.ndarray, dict]:
+    """Issue 16's topp case, for top_p_candidates followed by speculate_verify: one decode slot,
+    k = 3, verify_window 2. Row 0 has p(5) = 0.7 >= top_p 0.6, so its top-p set is {5}; the first
+    draft 6 is row 0's second most likely token (p 0.2), outside the set, and drafts 7 and 8 are
+    rows 1 and 2's top-1. FastDeploy rejects the draft (accept_num 1: the correction 5); the
+    verify-window fallback over a full top-C list accepted 6, 7, 8 and the bonus (accept_num 4).
+    Returns (probs [4, V] float32, top_p [1] float32, the verify case without its three
+    candidate fields)."""
+    V = 16
+    probs = np.full((4, V), 0.0, np.float32)
+    probs[0, [5, 6, 2]] = [0.7, 0.2, 0.1]
+    probs[1, [7, 1]] = [0.9, 0.1]
+    probs[2, [8, 1]] = [0.9, 0.1]
+    probs[3, [10, 1]] = [0.9, 0.1]
+    top_p = np.array([0.6], np.float32)
+    case = dict(
+        sampled_token_ids=probs.argmax(axis=1).astype(np.int64),
+        accept_tokens=np.full((1, 4), STALE_TOKEN, np.int64),
+        accept_num=np.full(1, STALE_NUM, np.int32),
+        step_idx=np.array([5], np.int64),
+        stop_flags=np.zeros(1, bool),
+        seq_lens_encoder=np.zeros(1, np.int32),
+        seq_lens_decoder=np.array([20], np.int32),
+        draft_tokens=np.array([[9, 6, 7, 8]], np.int64),
+        seq_lens_this_time=np.array([4], np.int32),
+        max_dec_len=np.array([100], np.int64),
+        end_tokens=np.array([2], np.int64),
+        is_block_step=np.zeros(1, bool),
+        cu_seqlens_q_output=np.array([0, 4], np.int32),
+        actual_draft_token_nums=np.array([3], np.int32),
+        topp=top_p.copy(),
+        max_seq_len=0, verify_window=2, enable_topp=True, benchmark_mode=False,
+        accept_all_drafts=False, target_probs=None, draft_probs=None,
+        infer_seed=np.array([7], np.int64), reasoning_status=None,
+        verify_strategy="topp", accept_policy="normal",
+    )
+    return probs, top_p, case
 
 
 def distribution_case(seed: int, num_slots: int, k: int, strategy: str, vocab: int = 10) -> tuple[dict, np.ndarray]:

@@ -18,12 +18,17 @@
 // Strategies (verify_strategy, a string attr; the wrapper also takes FastDeploy's int values):
 //   greedy       accept iff draft == verify_tokens[r, 0] (top-1); correction/bonus = top-1.
 //   target_match accept iff draft == sampled_token_ids[r]; correction/bonus = sampled_token_ids[r].
-//   topp         accept iff draft is among the first min(actual_candidate_len[r], C) candidates;
-//                else verify-window fallback: the draft is the second candidate (and, [ours], has
-//                a nonzero score) and the next verify_window drafts equal their rows' top-1 ->
-//                accept that run token by token, then stop verifying. Correction/bonus: sampled
-//                from the candidates when enable_topp (inverse CDF, mass min(top_p, candidate
-//                mass) [ours: FastDeploy gives the shortfall to candidate 0]), else top-1. Lossy.
+//   topp         accept iff draft is among the first min(actual_candidate_len[r], C) candidates
+//                (the top-p set); no entry past that length is ever read. Correction/bonus:
+//                sampled from those candidates when enable_topp (inverse CDF, mass min(top_p,
+//                candidate mass) [ours: FastDeploy gives the shortfall to candidate 0]), else
+//                top-1. Lossy. verify_window has no effect (issue 16): FastDeploy's fallback
+//                accepts a draft equal to the *second* candidate when the next verify_window
+//                drafts match their rows' top-1; FastDeploy's top_p_candidates zero-fills past the
+//                length, so that candidate is either inside the top-p set (already accepted by
+//                the rule above) or no candidate at all. Restricted to the top-p set the fallback
+//                can never change an outcome, so it is not implemented; a draft outside the set
+//                is always rejected (FastDeploy's outcome for every draft id but 0).
 //   rejection    [ours] Leviathan et al.: accept with prob min(1, p(x) / q(x)) (p = target_probs
 //                row r, q = draft_probs[b, i], one-hot at the draft when absent; q(x) == 0
 //                rejects); correction from norm(max(p - q, 0)), from p when that mass is 0;
@@ -32,8 +37,9 @@
 // draw) with draw 0 = accept test, 1 = categorical draw; exact integer CDFs, so the CPU kernel,
 // the CUDA kernel and the numpy reference agree bit for bit.
 // Unused (accepted for FastDeploy compatibility): seq_lens_decoder, actual_draft_token_nums,
-// max_seq_len. CPU raises on values that would index out of range (checked before anything is
-// written); the CUDA kernel cannot, so it skips such a slot (accept_num 0) or rejects the draft.
+// max_seq_len, verify_window (checked >= 0). CPU raises on values that would index out of range
+// (checked before anything is written); the CUDA kernel cannot, so it skips such a slot
+// (accept_num 0) or rejects the draft.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -86,7 +92,7 @@ struct View {
   const int64_t* seed;
   const int32_t* reasoning;
   Sizes z;
-  int window, strategy, policy;
+  int strategy, policy;
   bool enable_topp;
 
   bool Verified(int64_t b) const {
@@ -212,17 +218,6 @@ void VerifySlot(const View& v, int64_t b) {
       ok = v.sampled[r] == x;
     } else if (!ok && v.strategy == SPECWORKER_VERIFY_TOPP) {
       ok = std::find(v.Cands(r), v.Cands(r) + v.NumCands(r), x) != v.Cands(r) + v.NumCands(r);
-      if (!ok && v.z.C >= 2 && v.Cands(r)[1] == x && v.cand_scores[r * v.z.C + 1] > 0.0f) {
-        bool window_ok = true;
-        for (int64_t ii = i + 1; ii <= i + v.window; ++ii) {
-          window_ok = window_ok && ii < L - 1 && v.Cands(s + ii)[0] == dr[ii + 1];
-        }
-        if (window_ok) {  // accept drafts i .. i + window, then stop verifying
-          for (int64_t j = 0; j <= v.window && !em.Emit(dr[i + 1 + j]); ++j) {
-          }
-          i += v.window + 1;
-        }
-      }
     } else if (!ok) {  // rejection
       const float p = v.target_probs[r * v.z.V + x];
       const float q = v.draft_probs ? v.draft_probs[((b * (D - 1)) + i) * v.z.V + x] : 1.0f;
@@ -309,8 +304,8 @@ void SpeculateVerify(const paddle::Tensor& sampled_token_ids, paddle::Tensor& ac
                end_tokens.data<int64_t>(), is_block_step.data<bool>(),
                cu_seqlens_q_output.data<int32_t>(), actual_candidate_len.data<int32_t>(),
                topp.data<float>(), OptData<float>(target_probs), OptData<float>(draft_probs),
-               OptData<int64_t>(infer_seed), OptData<int32_t>(reasoning_status), z,
-               verify_window, strategy, policy, enable_topp};
+               OptData<int64_t>(infer_seed), OptData<int32_t>(reasoning_status), z, strategy,
+               policy, enable_topp};
   CheckIndices(v);
   for (int64_t b = 0; b < z.B; ++b) {
     if (v.Verified(b)) {

@@ -2,11 +2,15 @@
 //   probs [rows, V] f32, top_p [N] (or [N, 1]) f32, batch_id_per_token_output [>= rows] i32;
 //   attrs candidates_len C in [1, 100], max_seq_len (FastDeploy's legacy attribute, unused)
 //   -> verify_scores [rows, C] f32, verify_tokens [rows, C] i64, actual_candidate_lens [rows] i32.
-// Row t of slot b = batch_id_per_token_output[t] holds the C best entries of probs[t] ranked by
-// (prob desc, id asc), a NaN prob ranking as -inf; actual_candidate_lens[t] is the smallest m in
-// [1, min(C, V)] whose fp32 running sum of the first m scores reaches top_p[b], and min(C, V)
-// when it never does ([ours]: FastDeploy leaves 0, which rejects every draft). Rows with batch
-// id -1 get scores 0, tokens -1, length 0; when V < C the entries past V are padded the same way.
+// Row t of slot b = batch_id_per_token_output[t] ranks probs[t] by (prob desc, id asc), a NaN
+// prob ranking as -inf; actual_candidate_lens[t] is the smallest m in [1, min(C, V)] whose fp32
+// running sum of the first m scores reaches top_p[b], and min(C, V) when it never does ([ours]:
+// FastDeploy leaves 0, which rejects every draft). Only the first actual_candidate_lens[t]
+// entries are candidates (the top-p set): every entry past it holds token -1 and score 0, as do
+// rows with batch id -1 (length 0) and the entries past V when V < C. FastDeploy zero-fills
+// (token 0, score 0) past the length; [ours] writes -1, the "no token" sentinel, because 0 is a
+// vocabulary id: a consumer that compares a draft with an entry past the length (FastDeploy's
+// verify-window fallback reads the second entry unconditionally) must never find a match.
 // On CPU a batch id outside [-1, N) is an error; the CUDA kernel treats such a row as skipped.
 #include <algorithm>
 #include <cmath>
@@ -69,20 +73,19 @@ std::vector<paddle::Tensor> TopPCandidatesCPU(const paddle::Tensor& probs,
                         return row[a] > row[c] || (row[a] == row[c] && a < c);
                       });
     float cum = 0.f;
-    int32_t len = static_cast<int32_t>(num_real);
-    bool reached = false;
+    int64_t len = num_real;
     for (int64_t r = 0; r < num_real; ++r) {
       sp[r] = row[order[r]];
       si[r] = order[r];
       cum += sp[r];
-      if (!reached && cum >= top_p_data[b]) {
-        len = static_cast<int32_t>(r + 1);
-        reached = true;
+      if (cum >= top_p_data[b]) {
+        len = r + 1;
+        break;
       }
     }
-    std::fill(sp + num_real, sp + C, 0.f);
-    std::fill(si + num_real, si + C, int64_t{-1});
-    out_len[t] = len;
+    std::fill(sp + len, sp + C, 0.f);  // past the top-p set: no candidate
+    std::fill(si + len, si + C, int64_t{-1});
+    out_len[t] = static_cast<int32_t>(len);
   }
   return {scores, tokens, lens};
 }

@@ -2,16 +2,18 @@
 literal and randomized cases as tests/ops/test_speculate_verify.py, larger batches, the exact
 CPU/GPU/reference agreement of the random strategies, and the CUDA-only bound checks."""
 
+import ctypes
+
 import numpy as np
 import pytest
 
 from tests.cases import BATCH_SIZES, KINDS
-from tests.gpu.harness import require_gpu
+from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from tests.gpu.speculate_verify_launch import launch_args, raw_launcher, run_verify_cuda, to_device
 from tests.reference.speculate_verify import ref_speculate_verify
 from tests.chi_square import chi2_pvalue
 from tests.verify_cases import (LITERAL_CASES, LITERAL_VARIANTS, OPTION_CASES, OUT_FIELDS, distribution_case, literal_case,
-                                make_verify_case, strategy_literal_cases)
+                                make_verify_case, strategy_literal_cases, topp_outside_set_case)
 
 cp = require_gpu()
 STRATEGIES = ("greedy", "target_match", "topp", "rejection")
@@ -38,6 +40,33 @@ def test_speculate_verify_cuda_literal(name, variant):
 def test_speculate_verify_cuda_strategy_literal(name):
     case, expected = strategy_literal_cases()[name]
     _assert_outputs(_run(case), expected, name)
+
+
+def test_speculate_verify_cuda_topp_rejects_second_candidate_outside_top_p_set():
+    """Regression (issue 16), both CUDA kernels chained as in the sampler: top_p_candidates now
+    writes -1 / 0 past the top-p length and the verify kernel reads only the first
+    actual_candidate_len entries, so the draft outside the set is rejected (accept_num 1, was 4
+    through the verify-window fallback); the correction comes from the one-candidate set."""
+    probs, top_p, case = topp_outside_set_case()
+    P, I = ctypes.c_void_p, ctypes.c_int
+    top_p_launch = launcher("specworker_top_p_candidates_launch", [P, P, P, I, I, I, I, P, P, P, P])
+    d_probs, d_top_p = cp.asarray(probs), cp.asarray(top_p)
+    d_bid = cp.zeros(4, dtype=cp.int32)
+    d_scores = cp.full((4, 5), 7.0, dtype=cp.float32)
+    d_tokens = cp.full((4, 5), 7, dtype=cp.int64)
+    d_lens = cp.full(4, -7, dtype=cp.int32)
+    top_p_launch(ptr(d_probs), ptr(d_top_p), ptr(d_bid), 4, probs.shape[1], 1, 5, ptr(d_scores), ptr(d_tokens),
+                 ptr(d_lens), stream())
+    cp.cuda.get_current_stream().synchronize()
+    np.testing.assert_array_equal(cp.asnumpy(d_tokens)[0], [5, -1, -1, -1, -1])
+    case = dict(case, verify_tokens=cp.asnumpy(d_tokens), verify_scores=cp.asnumpy(d_scores),
+                actual_candidate_len=cp.asnumpy(d_lens))
+    got = _run(case)
+    np.testing.assert_array_equal(got["accept_num"], [1])
+    np.testing.assert_array_equal(got["accept_tokens"], [[5, -1, -1, -1]])
+    order = np.argsort(-probs, axis=1, kind="stable")[:, :5].astype(np.int64)
+    full = dict(case, verify_tokens=order, verify_scores=np.take_along_axis(probs, order, axis=1))
+    assert _run(full)["accept_num"].tolist() == [1]  # entries past the length are never read
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

@@ -48,9 +48,9 @@ def test_top_p_candidates_cuda_literal_three_slots():
                       [0.50, 0.10, 0.10, 0.20, 0.10], [0.90, 0.05, 0.05, 0.00, 0.00],
                       [0.20, 0.20, 0.20, 0.20, 0.20]], dtype=np.float32)
     scores, tokens, lens = run_kernel(probs, [0.5, 0.9, 0.95], batch_ids, 3)
-    np.testing.assert_array_equal(tokens, [[1, 3, 4], [0, 1, 3], [0, 3, 1], [-1, -1, -1], [-1, -1, -1]])
+    np.testing.assert_array_equal(tokens, [[1, 3, -1], [0, 1, -1], [0, 3, 1], [-1, -1, -1], [-1, -1, -1]])
     np.testing.assert_array_equal(scores, np.array(
-        [[0.40, 0.30, 0.15], [0.25, 0.25, 0.25], [0.50, 0.20, 0.10], [0, 0, 0], [0, 0, 0]], dtype=np.float32))
+        [[0.40, 0.30, 0], [0.25, 0.25, 0], [0.50, 0.20, 0.10], [0, 0, 0], [0, 0, 0]], dtype=np.float32))
     np.testing.assert_array_equal(lens, [2, 2, 3, 0, 0])
 
 
@@ -64,15 +64,15 @@ def test_top_p_candidates_cuda_length_is_c_when_top_c_mass_below_top_p():
 
 def test_top_p_candidates_cuda_ties_nan_and_small_vocab():
     _, tokens, lens = run_kernel(np.array([[0.2, 0.3, 0.2, 0.3, 0.0]], np.float32), [0.55], [0], 4)
-    np.testing.assert_array_equal(tokens, [[1, 3, 0, 2]])
+    np.testing.assert_array_equal(tokens, [[1, 3, -1, -1]])
     np.testing.assert_array_equal(lens, [2])
     scores, tokens, lens = run_kernel(np.array([[np.nan, 0.2, np.nan, 0.5]] * 2, np.float32), [0.6, 0.9], [0, 1], 4)
-    np.testing.assert_array_equal(tokens, [[3, 1, 0, 2]] * 2)
-    np.testing.assert_array_equal(scores, np.array([[0.5, 0.2, -np.inf, -np.inf]] * 2, np.float32))
+    np.testing.assert_array_equal(tokens, [[3, 1, -1, -1], [3, 1, 0, 2]])
+    np.testing.assert_array_equal(scores, np.array([[0.5, 0.2, 0, 0], [0.5, 0.2, -np.inf, -np.inf]], np.float32))
     np.testing.assert_array_equal(lens, [2, 4])
     scores, tokens, lens = run_kernel(np.array([[0.2, 0.5, 0.3]] * 2, np.float32), [0.6, 1.5], [0, 1], 5)
-    np.testing.assert_array_equal(tokens, [[1, 2, 0, -1, -1]] * 2)
-    np.testing.assert_array_equal(scores, np.array([[0.5, 0.3, 0.2, 0, 0]] * 2, np.float32))
+    np.testing.assert_array_equal(tokens, [[1, 2, -1, -1, -1], [1, 2, 0, -1, -1]])
+    np.testing.assert_array_equal(scores, np.array([[0.5, 0.3, 0, 0, 0], [0.5, 0.3, 0.2, 0, 0]], np.float32))
     np.testing.assert_array_equal(lens, [2, 3])
 
 
@@ -82,7 +82,7 @@ def test_top_p_candidates_cuda_all_equal_rows(vocab, C):
     """Every thread holds tied entries: the block merge must still pick ids 0..C-1 in order."""
     probs = np.full((3, vocab), np.float32(1.0 / vocab), np.float32)
     _, tokens, lens = run_kernel(probs, [0.0, 1.0], [0, 1, -1], C)
-    np.testing.assert_array_equal(tokens, [list(range(C)), list(range(C)), [-1] * C])
+    np.testing.assert_array_equal(tokens, [[0] + [-1] * (C - 1), list(range(C)), [-1] * C])
     np.testing.assert_array_equal(lens, [1, C, 0])
 
 

@@ -5,12 +5,12 @@ import numpy as np
 import paddle
 import pytest
 
-from specworker.model_executor.ops import speculate_verify
+from specworker.model_executor.ops import speculate_verify, top_p_candidates
 from tests.cases import all_cases
 from tests.reference.speculate_verify import ref_speculate_verify
 from tests.chi_square import chi2_pvalue
 from tests.verify_cases import (LITERAL_CASES, LITERAL_VARIANTS, OPTION_CASES, OUT_FIELDS, distribution_case, literal_case,
-                                make_verify_case, strategy_literal_cases)
+                                make_verify_case, strategy_literal_cases, topp_outside_set_case)
 
 STRATEGIES = ("greedy", "target_match", "topp", "rejection")
 
@@ -37,10 +37,36 @@ def test_speculate_verify_literal(name, variant):
 
 @pytest.mark.parametrize("name", list(strategy_literal_cases()))
 def test_speculate_verify_strategy_literal(name):
-    """topp candidate set / verify window, target_match's sampled ids, rejection's q == p,
+    """topp candidate set (nothing outside it), target_match's sampled ids, rejection's q == p,
     q(x) == 0 and empty-residual rules, worked by hand."""
     case, expected = strategy_literal_cases()[name]
     _assert_outputs(_run(case), expected, name)
+
+
+def test_speculate_verify_topp_rejects_second_candidate_outside_top_p_set():
+    """Regression (issue 16): top_p_candidates wrote the whole top-C list past
+    actual_candidate_lens and speculate_verify's topp verify-window fallback matched a draft with
+    the second entry whatever the length, so a draft outside the top-p set followed by top-1
+    matches was accepted (accept_num 4) where FastDeploy, which zero-fills past the length,
+    rejects it (accept_num 1). Row 0 keeps one candidate (0.7 >= top_p 0.6) and the draft is its
+    second most likely token; the correction is sampled from the one-candidate set: token 5."""
+    probs, top_p, case = topp_outside_set_case()
+    cand = top_p_candidates(paddle.to_tensor(probs), paddle.to_tensor(top_p),
+                            paddle.to_tensor(np.zeros(4, np.int32)), 5, 0)
+    np.testing.assert_array_equal(cand.actual_candidate_lens.numpy(), [1, 1, 1, 1])
+    np.testing.assert_array_equal(cand.verify_tokens.numpy()[0], [5, -1, -1, -1, -1])
+    case = dict(case, verify_tokens=cand.verify_tokens.numpy(), verify_scores=cand.verify_scores.numpy(),
+                actual_candidate_len=cand.actual_candidate_lens.numpy())
+    got = _run(case)
+    np.testing.assert_array_equal(got["accept_num"], [1])
+    np.testing.assert_array_equal(got["accept_tokens"], [[5, -1, -1, -1]])
+    np.testing.assert_array_equal(got["step_idx"], [6])
+    # verify reads only the first actual_candidate_len entries: with the whole top-C list (what
+    # top_p_candidates used to write) the draft is still rejected.
+    order = np.argsort(-probs, axis=1, kind="stable")[:, :5].astype(np.int64)
+    full = dict(case, verify_tokens=order, verify_scores=np.take_along_axis(probs, order, axis=1))
+    assert _run(full)["accept_num"].tolist() == [1]
+    _assert_outputs(got, ref_speculate_verify(**case), "reference")
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

@@ -36,9 +36,9 @@ def test_top_p_candidates_literal_three_slots():
         [0.20, 0.20, 0.20, 0.20, 0.20],
     ], dtype=np.float32)
     scores, tokens, lens = _run(probs, [0.5, 0.9, 0.95], batch_ids, 3)
-    np.testing.assert_array_equal(tokens, [[1, 3, 4], [0, 1, 3], [0, 3, 1], [-1, -1, -1], [-1, -1, -1]])
+    np.testing.assert_array_equal(tokens, [[1, 3, -1], [0, 1, -1], [0, 3, 1], [-1, -1, -1], [-1, -1, -1]])
     np.testing.assert_array_equal(scores, np.array(
-        [[0.40, 0.30, 0.15], [0.25, 0.25, 0.25], [0.50, 0.20, 0.10], [0, 0, 0], [0, 0, 0]], dtype=np.float32))
+        [[0.40, 0.30, 0], [0.25, 0.25, 0], [0.50, 0.20, 0.10], [0, 0, 0], [0, 0, 0]], dtype=np.float32))
     np.testing.assert_array_equal(lens, [2, 2, 3, 0, 0])
     assert scores.dtype == np.float32 and tokens.dtype == np.int64 and lens.dtype == np.int32
 
@@ -58,7 +58,7 @@ def test_top_p_candidates_length_is_c_when_top_c_mass_below_top_p():
 def test_top_p_candidates_ties_go_to_the_smaller_id():
     probs = np.array([[0.2, 0.3, 0.2, 0.3, 0.0]], dtype=np.float32)
     scores, tokens, lens = _run(probs, [0.55], [0], 4)
-    np.testing.assert_array_equal(tokens, [[1, 3, 0, 2]])
+    np.testing.assert_array_equal(tokens, [[1, 3, -1, -1]])
     np.testing.assert_array_equal(lens, [2])
 
 
@@ -66,15 +66,15 @@ def test_top_p_candidates_all_equal_row():
     """V = 111 equal probabilities: the candidates are ids 0..C-1; 2/111 < 0.02 <= 3/111."""
     probs = np.full((2, 111), np.float32(1.0 / 111), dtype=np.float32)
     scores, tokens, lens = _run(probs, [0.02, 0.5], [0, 1], 10)
-    np.testing.assert_array_equal(tokens, [list(range(10))] * 2)
+    np.testing.assert_array_equal(tokens, [[0, 1, 2] + [-1] * 7, list(range(10))])
     np.testing.assert_array_equal(lens, [3, 10])
 
 
 def test_top_p_candidates_nan_ranks_as_minus_inf():
     probs = np.array([[np.nan, 0.2, np.nan, 0.5], [np.nan, 0.2, np.nan, 0.5]], dtype=np.float32)
     scores, tokens, lens = _run(probs, [0.6, 0.9], [0, 1], 4)
-    np.testing.assert_array_equal(tokens, [[3, 1, 0, 2]] * 2)
-    np.testing.assert_array_equal(scores, np.array([[0.5, 0.2, -np.inf, -np.inf]] * 2, dtype=np.float32))
+    np.testing.assert_array_equal(tokens, [[3, 1, -1, -1], [3, 1, 0, 2]])
+    np.testing.assert_array_equal(scores, np.array([[0.5, 0.2, 0, 0], [0.5, 0.2, -np.inf, -np.inf]], dtype=np.float32))
     np.testing.assert_array_equal(lens, [2, 4])  # 0.7 < 0.9 and the -inf entries never add up
 
 
@@ -82,8 +82,8 @@ def test_top_p_candidates_vocab_smaller_than_c_pads():
     """V = 3 < C = 5: entries past V are 0 / -1 and the length counts only the V real ones."""
     probs = np.array([[0.2, 0.5, 0.3], [0.2, 0.5, 0.3]], dtype=np.float32)
     scores, tokens, lens = _run(probs, [0.6, 1.5], [0, 1], 5)
-    np.testing.assert_array_equal(tokens, [[1, 2, 0, -1, -1]] * 2)
-    np.testing.assert_array_equal(scores, np.array([[0.5, 0.3, 0.2, 0, 0]] * 2, dtype=np.float32))
+    np.testing.assert_array_equal(tokens, [[1, 2, -1, -1, -1], [1, 2, 0, -1, -1]])
+    np.testing.assert_array_equal(scores, np.array([[0.5, 0.3, 0, 0, 0], [0.5, 0.3, 0.2, 0, 0]], dtype=np.float32))
     np.testing.assert_array_equal(lens, [2, 3])
 
 
@@ -103,7 +103,8 @@ def test_top_p_candidates_fewer_rows_than_batch_ids():
     """probs may be sliced to T_out rows while batch_id_per_token_output keeps its capacity."""
     probs = np.array([[0.1, 0.6, 0.3]], dtype=np.float32)
     scores, tokens, lens = _run(probs, [0.5], [0, -1, -1], 2)
-    np.testing.assert_array_equal(tokens, [[1, 2]])
+    np.testing.assert_array_equal(tokens, [[1, -1]])  # 0.6 >= 0.5: one candidate
+    np.testing.assert_array_equal(lens, [1])
     assert scores.shape == (1, 2) and lens.shape == (1,)
 
 

@@ -4,6 +4,9 @@ plain per-slot loops from the specification, plus the documented counter-based g
 
 Vocabulary: draft = draft_tokens[b, i + 1], checked against output row s + i; correction = the
 token from the first rejected row; bonus = the token from row s + L - 1 when every draft passes.
+topp accepts a draft only inside the row's top-p set, the first min(actual_candidate_len, C)
+candidates (issue 16): FastDeploy's verify-window fallback, restricted to that set, never changes
+an outcome, so verify_window has no effect.
 """
 
 from __future__ import annotations
@@ -131,20 +134,9 @@ def ref_speculate_verify(
                 else:
                     ok = False
                 rejected = not ok
-            else:  # topp: candidate set, then the verify-window fallback
+            else:  # topp: the draft must be in the row's top-p set; verify_window has no effect
                 n = min(max(int(cand_len[row]), 0), C)
                 ok = draft in [int(t) for t in verify_tokens[row, :n]]
-                if not ok:
-                    # fallback: the draft is the (nonzero) second candidate and the next
-                    # verify_window drafts equal their rows' top-1 -> accept that run, stop walking
-                    second = C >= 2 and verify_tokens[row, 1] == draft and verify_scores[row, 1] > 0
-                    later = range(i + 1, i + verify_window + 1)
-                    if second and all(j < L - 1 and verify_tokens[s + j, 0] == draft_tokens[b, j + 1] for j in later):
-                        for j in range(i, i + verify_window + 1):
-                            if emit(draft_tokens[b, j + 1]):
-                                break
-                        i += verify_window + 1
-                    break
             if not ok:
                 break
             emit(draft)

@@ -1,4 +1,5 @@
-"""numpy reference for top_p_candidates (SPEC §4.5; FastDeploy reference §6.3 with the [ours] length fix)."""
+"""numpy reference for top_p_candidates (SPEC §4.5; FastDeploy reference §6.3 with the [ours] length fix;
+issue 16: entries past the top-p length are not candidates)."""
 
 import numpy as np
 
@@ -7,8 +8,9 @@ def ref_top_p_candidates(probs, top_p, batch_id_per_token_output, candidates_len
     """Returns (verify_scores [rows, C] f32, verify_tokens [rows, C] i64, actual_candidate_lens [rows] i32).
 
     Per row t of slot b = batch_id_per_token_output[t] (b == -1: no slot, row stays 0 / -1 / 0):
-    the C largest probabilities, ties to the smaller id, NaN counted as -inf; the length is the
+    rank the probabilities, ties to the smaller id, NaN counted as -inf; the length is the
     smallest m >= 1 whose float32 running sum of the first m reaches top_p[b], else min(C, V).
+    Only those m entries are candidates; every entry past the length is score 0, token -1.
     """
     probs = np.asarray(probs, dtype=np.float32)
     top_p = np.asarray(top_p, dtype=np.float32).reshape(-1)
@@ -28,13 +30,14 @@ def ref_top_p_candidates(probs, top_p, batch_id_per_token_output, candidates_len
         mth_largest = -np.partition(-row, m - 1)[m - 1]
         ids = np.nonzero(row >= mth_largest)[0]
         ids = ids[np.lexsort((ids, -row[ids]))][:m]
-        scores[t, :m] = row[ids]
-        tokens[t, :m] = ids
-        lens[t] = m
+        n = m
         cum = np.float32(0.0)
         for r in range(m):
             cum = np.float32(cum + row[ids[r]])
             if cum >= top_p[b]:
-                lens[t] = r + 1
+                n = r + 1
                 break
+        scores[t, :n] = row[ids[:n]]  # the top-p set; the rest stays 0 / -1
+        tokens[t, :n] = ids[:n]
+        lens[t] = n
     return scores, tokens, lens

@@ -3,7 +3,10 @@
 // Semantics are those of the op (cpu_ops/speculate_verify.cc, SPEC §4.5); shapes are listed in
 // speculate_verify.h. Per slot b with s = cu_seqlens_q_output[b], L = seq_lens_this_time[b], draft
 // draft_tokens[b, i + 1] is checked against output row s + i for i < L - 1, stopping at the first
-// rejection; the correction/bonus token comes from the row where the walk stopped.
+// rejection; the correction/bonus token comes from the row where the walk stopped. topp reads
+// only the first min(actual_candidate_len, C) candidates of a row (the top-p set); verify_window
+// is validated and has no effect (see cpu_ops/speculate_verify.cc: restricted to the top-p set,
+// FastDeploy's verify-window fallback can never change an outcome).
 //
 // Parallelization:
 //   greedy / target_match / topp: one thread per slot (VerifyScalarKernel, kScalarThreads per
@@ -48,7 +51,7 @@ struct Params {
   const float* draft_probs;
   const int64_t* seed;
   const int32_t* reasoning;
-  int bsz, D, rows, C, V, E, window, strategy, policy, enable_topp;
+  int bsz, D, rows, C, V, E, strategy, policy, enable_topp;
 };
 
 // Where a verifiable slot's rows are; false for block-step, stopped, idle or out-of-range slots.
@@ -118,23 +121,6 @@ __device__ bool InCandidates(const Params& a, int64_t r, int64_t x) {
   return false;
 }
 
-// topp fallback: the draft is the (nonzero-probability) second candidate and the next `window`
-// drafts all equal their rows' top-1.
-__device__ bool WindowAccepts(const Params& a, const SlotPlan& pl, const int64_t* dr, int i,
-                              int64_t x) {
-  const int64_t r = pl.s + i;
-  if (a.C < 2 || a.cand_ids[r * a.C + 1] != x || !(a.cand_scores[r * a.C + 1] > 0.0f)) {
-    return false;
-  }
-  for (int j = 1; j <= a.window; ++j) {
-    const int ii = i + j;
-    if (ii >= pl.L - 1 || a.cand_ids[(pl.s + ii) * static_cast<int64_t>(a.C)] != dr[ii + 1]) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // topp bonus: inverse CDF over the first min(actual_candidate_len, C) candidates with mass
 // min(units(top_p), candidate mass); candidate 0 when that mass is zero.
 __device__ int64_t SampleCandidates(const Params& a, int64_t r, float top_p, uint32_t bits) {
@@ -176,13 +162,8 @@ __global__ void VerifyScalarKernel(Params a) {
         ok = a.cand_ids[r * a.C] == x;
       } else if (a.strategy == SPECWORKER_VERIFY_TARGET_MATCH) {
         ok = a.sampled[r] == x;
-      } else {
+      } else {  // topp: only the top-p set counts (no verify-window fallback, see the header)
         ok = InCandidates(a, r, x);
-        if (!ok && WindowAccepts(a, pl, dr, i, x)) {
-          for (int j = 0; j <= a.window && !em.Emit(dr[i + 1 + j], a); ++j) {
-          }
-          i += a.window + 1;
-        }
       }
     }
     if (!ok || em.Emit(x, a)) break;
@@ -372,8 +353,7 @@ extern "C" int specworker_speculate_verify_launch(
                  verify_scores, max_dec_len, end_tokens, is_block_step, cu_seqlens_q_output,
                  actual_candidate_len, topp, target_probs, draft_probs, infer_seed,
                  reasoning_status, bsz, max_draft_tokens, num_rows, max_candidate_len,
-                 vocab_size, num_end_tokens, verify_window, verify_strategy, accept_policy,
-                 enable_topp};
+                 vocab_size, num_end_tokens, verify_strategy, accept_policy, enable_topp};
   if (rejection) {
     VerifyRejectionKernel<kRejectThreads><<<bsz, kRejectThreads, 0, stream>>>(a);
   } else {

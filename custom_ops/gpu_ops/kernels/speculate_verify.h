@@ -36,12 +36,13 @@ extern "C" {
 //   end_tokens           [num_end_tokens] int64
 //   is_block_step        [>= bsz] bool
 //   cu_seqlens_q_output  [bsz + 1] int32            first output row of each slot
-//   actual_candidate_len [num_rows] int32
+//   actual_candidate_len [num_rows] int32           topp reads only the first min(len, C) entries
 //   topp                 [>= bsz] float32
 //   target_probs         [num_rows, vocab_size] float32 or NULL (required by REJECTION)
 //   draft_probs          [>= bsz, max_draft_tokens - 1, vocab_size] float32 or NULL (one-hot q)
 //   infer_seed           [>= bsz] int64 or NULL (then slot b uses seed b)
 //   reasoning_status     [>= bsz] int32 or NULL (status 1 accepts no draft)
+// verify_window: FastDeploy's attribute, must be >= 0, has no effect (see speculate_verify.cu).
 // Invalid sizes or modes return cudaErrorInvalidValue without launching; bsz == 0 launches nothing.
 // Returns the cudaError_t of the launch as an int (0 on success).
 int specworker_speculate_verify_launch(

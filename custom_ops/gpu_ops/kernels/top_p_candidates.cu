@@ -6,8 +6,10 @@
 // total order (prob desc, id asc); K is C rounded up to a compiled size. Each warp then drains
 // its 32 lists with C rounds of a shuffle arg-max (the owner of the winning head pops it) into
 // shared memory, and warp 0 merges the 8 warp lists the same way, writes the candidates and
-// accumulates their fp32 sum in candidate order for the top-p length. Because every stage
-// ranks by the same total order, the result is exact and independent of the thread split.
+// accumulates their fp32 sum in candidate order for the top-p length; entries past that length
+// are written as token -1, score 0 (not candidates; see cpu_ops/top_p_candidates.cc for why -1
+// rather than FastDeploy's 0). Because every stage ranks by the same total order, the result is
+// exact and independent of the thread split.
 // Bounds: a batch id outside [0, N) marks the row as skipped (the CPU op raises instead).
 #include "top_p_candidates.h"
 
@@ -171,15 +173,15 @@ __global__ void __launch_bounds__(kThreads)
   bool reached = false;
   WarpDrain<K>(list, C, [&](int r, float p, int i) {
     if (lane != 0) return;
-    if (r < num_real) {
+    if (r < num_real && !reached) {
       out_p[r] = p;
       out_id[r] = i;
       cum += p;  // same fp32 additions, same order as the CPU op
-      if (!reached && cum >= target) {
+      if (cum >= target) {
         len = r + 1;
         reached = true;
       }
-    } else {  // vocab < C: no entry left
+    } else {  // past the top-p set (or past vocab < C): no candidate
       out_p[r] = 0.f;
       out_id[r] = -1;
     }

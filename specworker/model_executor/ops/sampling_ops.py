@@ -12,9 +12,9 @@ from specworker.model_executor.ops._extension import _run
 class TopPCandidatesOutput(NamedTuple):
     """top_p_candidates' outputs; unpacks like FastDeploy's three."""
 
-    verify_scores: paddle.Tensor  # [rows, C] float32, best first; 0 on skipped rows / padding
-    verify_tokens: paddle.Tensor  # [rows, C] int64; -1 on skipped rows / padding
-    actual_candidate_lens: paddle.Tensor  # [rows] int32; 0 on skipped rows
+    verify_scores: paddle.Tensor  # [rows, C] float32, best first; 0 past actual_candidate_lens
+    verify_tokens: paddle.Tensor  # [rows, C] int64; -1 past actual_candidate_lens
+    actual_candidate_lens: paddle.Tensor  # [rows] int32, the top-p set size; 0 on skipped rows
 
 
 def top_p_candidates(
@@ -24,13 +24,16 @@ def top_p_candidates(
     candidates_len: int = 5,
     max_seq_len: int = 0,
 ) -> TopPCandidatesOutput:
-    """The top-C candidates of every logit row and how many of them top-p keeps (FastDeploy order).
+    """The top-p candidates of every logit row, at most C, best first (FastDeploy order).
 
-    Row t belongs to slot b = batch_id_per_token_output[t]. Its candidates are the C entries of
-    probs[t] with the largest probabilities, best first, ties to the smaller id; a NaN
-    probability ranks as -inf. actual_candidate_lens[t] is the smallest m >= 1 whose running
-    float32 sum of the first m scores reaches top_p[b]; when the top-C mass never reaches it
-    the length is C (FastDeploy leaves 0, which makes verification reject every draft).
+    Row t belongs to slot b = batch_id_per_token_output[t]. Its entries of probs[t] are ranked
+    by probability, best first, ties to the smaller id; a NaN probability ranks as -inf.
+    actual_candidate_lens[t] is the smallest m >= 1 whose running float32 sum of the first m
+    scores reaches top_p[b]; when the top-C mass never reaches it the length is C (FastDeploy
+    leaves 0, which makes verification reject every draft). Only the first
+    actual_candidate_lens[t] entries are candidates: every entry past the length holds token
+    -1 and score 0. (FastDeploy zero-fills there; token 0 is a vocabulary id, so ours writes
+    the -1 "no token" sentinel, which no draft can equal.)
 
     Args:
         probs: [rows, V] float32 probabilities (rows = output capacity or T_out), V >= 1.
@@ -41,16 +44,17 @@ def top_p_candidates(
         max_seq_len: FastDeploy's legacy attribute; unused.
     Returns:
         TopPCandidatesOutput(verify_scores [rows, C] float32, verify_tokens [rows, C] int64,
-        actual_candidate_lens [rows] int32). Rows with batch id -1 hold 0 / -1 / 0. When V < C
-        the entries past V hold 0 / -1 and the length is at most V.
+        actual_candidate_lens [rows] int32). Entries past the length hold 0 / -1; rows with
+        batch id -1 have length 0 (all 0 / -1). When V < C the length is at most V.
     Raises:
         ValueError: wrong dtype/shape, candidates_len outside [1, 100]; on CPU also a batch id
             outside [-1, N). On GPU such a row is treated like a -1 row (no host sync).
 
     Example (C = 2, top_p [0.5, 0.9], batch ids [0, 1, -1]):
         probs [[0.1, 0.6, 0.3], [0.4, 0.2, 0.4], [...]]
-        -> verify_tokens [[1, 2], [0, 2], [-1, -1]], verify_scores [[0.6, 0.3], [0.4, 0.4], [0, 0]],
-           actual_candidate_lens [1, 2, 0]   (row 1: 0.4 + 0.4 < 0.9, so the length is C = 2).
+        -> verify_tokens [[1, -1], [0, 2], [-1, -1]], verify_scores [[0.6, 0], [0.4, 0.4], [0, 0]],
+           actual_candidate_lens [1, 2, 0]   (row 0: 0.6 >= 0.5 keeps one candidate; row 1:
+           0.4 + 0.4 < 0.9, so the length is C = 2).
     """
     for name, value in (("candidates_len", candidates_len), ("max_seq_len", max_seq_len)):
         if isinstance(value, bool) or not isinstance(value, int):
@@ -198,13 +202,17 @@ def speculate_verify(
         seq_lens_encoder / seq_lens_decoder: [N] int32 (decoder unused).
         draft_tokens: [N, D] int64, [b, 0] last token, [b, 1..L-1] drafts.
         seq_lens_this_time: [B] int32.
-        verify_tokens / verify_scores: [rows, C] int64 / float32, top candidates per row, [r, 0] top-1.
+        verify_tokens / verify_scores: [rows, C] int64 / float32, top candidates per row, [r, 0] top-1;
+            only the first actual_candidate_len[r] entries of a row are read by topp.
         max_dec_len: [N] int64. end_tokens: [E] int64. is_block_step: [N] bool.
         cu_seqlens_q_output: [B + 1] int32, exclusive prefix sum of output rows per slot.
         actual_candidate_len: [rows] int32. actual_draft_token_nums: [N] int32 (unused).
         topp: [N] float32. max_seq_len: unused (FastDeploy legacy).
-        verify_window: topp bulk-accept window. enable_topp: topp samples the correction/bonus
-            token from the candidates (else top-1). benchmark_mode: reject all drafts.
+        verify_window: FastDeploy's topp verify window, >= 0; no effect: topp accepts a draft
+            only inside the row's top-p set, the first min(actual_candidate_len, C) candidates
+            (FastDeploy's fallback beyond it accepted drafts outside the set; issue 16).
+        enable_topp: topp samples the correction/bonus token from the candidates (else top-1).
+        benchmark_mode: reject all drafts.
         accept_all_drafts: FastDeploy's flag, same as accept_policy="accept_all".
         target_probs: [rows, V] float32, required by and only allowed with "rejection".
         draft_probs: [N, D - 1, V] float32, draft distributions (absent: one-hot at the draft).
