@@ -312,6 +312,7 @@ std::vector<paddle::Tensor> BatchInvariantLinearCPU(const paddle::Tensor& x,
 std::vector<paddle::Tensor> BatchInvariantLinear(const paddle::Tensor& x,
                                                  const paddle::Tensor& weight,
                                                  const paddle::optional<paddle::Tensor>& bias) {
+  specworker::CheckGiven(kOp, {{"x", &x}, {"weight", &weight}});
   CheckArgs(x, weight, bias);
   if (x.is_gpu()) {
 #ifdef SPECWORKER_WITH_CUDA

@@ -97,6 +97,10 @@ void DraftModelPostprocess(const paddle::Tensor& base_model_draft_tokens,
                            const paddle::Tensor& base_model_seq_lens_encoder,
                            const paddle::Tensor& base_model_stop_flags,
                            const paddle::optional<paddle::Tensor>& base_model_is_block_step) {
+  specworker::CheckGiven(kOp, {{"base_model_draft_tokens", &base_model_draft_tokens},
+                               {"base_model_seq_lens_this_time", &base_model_seq_lens_this_time},
+                               {"base_model_seq_lens_encoder", &base_model_seq_lens_encoder},
+                               {"base_model_stop_flags", &base_model_stop_flags}});
   CheckArgs(base_model_draft_tokens, base_model_seq_lens_this_time, base_model_seq_lens_encoder,
             base_model_stop_flags, base_model_is_block_step);
   if (base_model_seq_lens_this_time.is_gpu()) {

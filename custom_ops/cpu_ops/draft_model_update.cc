@@ -185,6 +185,15 @@ void DraftModelUpdate(const paddle::Tensor& inter_next_tokens, paddle::Tensor& d
                       paddle::Tensor& stop_flags, paddle::Tensor& not_need_stop,
                       const paddle::Tensor& max_dec_len, const paddle::Tensor& end_ids,
                       paddle::Tensor& base_model_draft_tokens, int max_seq_len, int substep) {
+  specworker::CheckGiven(kOp, {{"inter_next_tokens", &inter_next_tokens},
+                               {"draft_tokens", &draft_tokens}, {"pre_ids", &pre_ids},
+                               {"seq_lens_this_time", &seq_lens_this_time},
+                               {"seq_lens_encoder", &seq_lens_encoder},
+                               {"seq_lens_decoder", &seq_lens_decoder}, {"step_idx", &step_idx},
+                               {"cu_seqlens_q_output", &cu_seqlens_q_output},
+                               {"stop_flags", &stop_flags}, {"not_need_stop", &not_need_stop},
+                               {"max_dec_len", &max_dec_len}, {"end_ids", &end_ids},
+                               {"base_model_draft_tokens", &base_model_draft_tokens}});
   (void)max_seq_len;  // FastDeploy [A]'s padded width; rows come from cu_seqlens_q_output
   CheckArgs(inter_next_tokens, draft_tokens, pre_ids, seq_lens_this_time, seq_lens_encoder,
             seq_lens_decoder, step_idx, cu_seqlens_q_output, stop_flags, not_need_stop,

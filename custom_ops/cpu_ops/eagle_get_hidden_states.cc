@@ -143,6 +143,12 @@ std::vector<paddle::Tensor> EagleGetHiddenStates(
     const paddle::Tensor& stop_flags, const paddle::Tensor& accept_num,
     const paddle::Tensor& target_model_seq_lens_this_time,
     const paddle::Tensor& target_model_seq_lens_encoder, int /*actual_draft_token_num*/) {
+  specworker::CheckGiven(kOp, {{"input", &input}, {"seq_lens_this_time", &seq_lens_this_time},
+                               {"seq_lens_encoder", &seq_lens_encoder},
+                               {"seq_lens_decoder", &seq_lens_decoder}, {"stop_flags", &stop_flags},
+                               {"accept_num", &accept_num},
+                               {"target_model_seq_lens_this_time", &target_model_seq_lens_this_time},
+                               {"target_model_seq_lens_encoder", &target_model_seq_lens_encoder}});
   CheckArgs(input, seq_lens_this_time, seq_lens_encoder, seq_lens_decoder, stop_flags, accept_num,
             target_model_seq_lens_this_time, target_model_seq_lens_encoder);
   if (seq_lens_this_time.is_gpu()) {

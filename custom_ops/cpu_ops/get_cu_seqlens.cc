@@ -29,6 +29,7 @@ std::vector<paddle::Tensor> GetCuSeqlensCPU(const paddle::Tensor& seq_lens) {
 }  // namespace
 
 std::vector<paddle::Tensor> GetCuSeqlens(const paddle::Tensor& seq_lens) {
+  specworker::CheckGiven(kOp, {{"seq_lens", &seq_lens}});
   specworker::CheckPerSlot(kOp, "seq_lens", seq_lens, paddle::DataType::INT32);
   if (seq_lens.is_gpu()) {
 #ifdef SPECWORKER_WITH_CUDA

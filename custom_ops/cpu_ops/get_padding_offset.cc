@@ -130,6 +130,7 @@ std::vector<paddle::Tensor> GetPaddingOffset(
     const paddle::optional<paddle::Tensor>& input_ids, const paddle::Tensor& seq_lens_this_time,
     const paddle::optional<paddle::Tensor>& draft_tokens,
     const paddle::optional<paddle::Tensor>& seq_lens_encoder, int64_t token_num_cpu) {
+  specworker::CheckGiven(kOp, {{"seq_lens_this_time", &seq_lens_this_time}});
   CheckArgs(input_ids, seq_lens_this_time, draft_tokens, seq_lens_encoder, token_num_cpu);
   if (seq_lens_this_time.is_gpu()) {
 #ifdef SPECWORKER_WITH_CUDA

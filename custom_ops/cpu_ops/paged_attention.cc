@@ -229,6 +229,12 @@ std::vector<paddle::Tensor> PagedAttention(
     const paddle::Tensor& cu_seqlens_q, const paddle::Tensor& seq_lens_decoder,
     const paddle::Tensor& seq_lens_this_time, const paddle::Tensor& batch_id_per_token,
     int block_size, float scale) {
+  specworker::CheckGiven(kOp, {{"q", &q}, {"k", &k}, {"v", &v}, {"key_cache", &key_cache},
+                               {"value_cache", &value_cache}, {"block_tables", &block_tables},
+                               {"cu_seqlens_q", &cu_seqlens_q},
+                               {"seq_lens_decoder", &seq_lens_decoder},
+                               {"seq_lens_this_time", &seq_lens_this_time},
+                               {"batch_id_per_token", &batch_id_per_token}});
   const Dims d = CheckInputs(q, k, v, key_cache, value_cache, block_tables, cu_seqlens_q,
                              seq_lens_decoder, seq_lens_this_time, batch_id_per_token, block_size,
                              scale);

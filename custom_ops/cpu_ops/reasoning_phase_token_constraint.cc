@@ -14,7 +14,12 @@
 // 2. Row t of slot b = batch_id_per_token_output[t], if t == cu_seqlens_q_output[b] and the
 //    updated status is 2 and A > 0: every logit -1e10 except allowed ids in [0, V), which keep
 //    their value. Other rows are untouched.
-// On CPU a batch id outside [-1, bsz) is an error; the CUDA kernel skips such a row.
+// On CPU a batch id outside [-1, bsz) is an error, as is a prefix sum inconsistent with the rows
+// (op_checks.h CheckOutputRows: cu_seqlens_q_output[0] != 0, a decreasing cu, T_out =
+// cu_seqlens_q_output[bsz] > rows > 0: a slot in status 2 whose first row is not in logits would
+// silently stay unconstrained), all raised before anything is written. The CUDA kernel
+// cannot read those device values on the host: it runs one block per logits row (nothing past
+// the tensor is read or written) and skips a row whose batch id is outside [0, bsz).
 #include <limits>
 #include <utility>
 #include <vector>
@@ -47,6 +52,15 @@ void ReasoningPhaseTokenConstraintCPU(
     const paddle::Tensor& batch_id_per_token_output, const paddle::Tensor& cu_seqlens_q_output,
     const paddle::Tensor& enable_thinking, int64_t bsz, int64_t think_end_id,
     int64_t line_break_id) {
+  const int64_t rows = logits.shape()[0];
+  const int32_t* batch_ids = batch_id_per_token_output.data<int32_t>();
+  const int32_t* cu = cu_seqlens_q_output.data<int32_t>();
+  for (int64_t t = 0; t < rows; ++t) {  // every index is checked before anything is written
+    PD_CHECK(batch_ids[t] >= -1 && batch_ids[t] < bsz, kOp, ": batch_id_per_token_output[", t,
+             "] = ", batch_ids[t], ", expected -1 (no slot) or a slot in [0, bsz = ", bsz, ")");
+  }
+  specworker::CheckOutputRows(kOp, "logits", rows, cu, bsz);
+
   const int64_t S = pre_ids.shape()[1];
   const int64_t* history = pre_ids.data<int64_t>();
   const bool* stopped = stop_flags.data<bool>();
@@ -86,15 +100,10 @@ void ReasoningPhaseTokenConstraintCPU(
     status[b] = next;
   }
 
-  const int64_t rows = logits.shape()[0];
   const int64_t V = logits.shape()[1];
   const int64_t A = allowed_tokens.numel();
-  const int32_t* batch_ids = batch_id_per_token_output.data<int32_t>();
-  const int32_t* cu = cu_seqlens_q_output.data<int32_t>();
   for (int64_t t = 0; t < rows; ++t) {
     const int32_t b = batch_ids[t];
-    PD_CHECK(b >= -1 && b < bsz, kOp, ": batch_id_per_token_output[", t, "] = ", b,
-             ", expected -1 (no slot) or a slot in [0, bsz = ", bsz, ")");
     if (b < 0 || A == 0 || cu[b] != t || status[b] != 2) continue;
     float* x = logits.data<float>() + t * V;
     const int64_t* allowed = allowed_tokens.data<int64_t>();
@@ -117,6 +126,15 @@ void ReasoningPhaseTokenConstraint(
     paddle::Tensor& reasoning_status, const paddle::Tensor& batch_id_per_token_output,
     const paddle::Tensor& cu_seqlens_q_output, const paddle::Tensor& enable_thinking,
     int64_t think_end_id, int64_t line_break_id) {
+  specworker::CheckGiven(kOp, {{"logits", &logits}, {"pre_ids", &pre_ids},
+                               {"stop_flags", &stop_flags},
+                               {"seq_lens_this_time", &seq_lens_this_time},
+                               {"seq_lens_encoder", &seq_lens_encoder}, {"step_idx", &step_idx},
+                               {"allowed_tokens", &allowed_tokens},
+                               {"reasoning_status", &reasoning_status},
+                               {"batch_id_per_token_output", &batch_id_per_token_output},
+                               {"cu_seqlens_q_output", &cu_seqlens_q_output},
+                               {"enable_thinking", &enable_thinking}});
   using specworker::ShapeStr;
   specworker::CheckDtype(kOp, "logits", logits, paddle::DataType::FLOAT32);
   specworker::CheckRank(kOp, "logits", logits, 2);

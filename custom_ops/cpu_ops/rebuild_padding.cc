@@ -192,6 +192,10 @@ std::vector<paddle::Tensor> RebuildPadding(
     const paddle::optional<paddle::Tensor>& batch_id_per_token_output,
     const paddle::optional<paddle::Tensor>& cu_seqlens_q_output,
     paddle::optional<paddle::Tensor>& first_token_out, bool enable_logprob) {
+  specworker::CheckGiven(kOp, {{"tmp_out", &tmp_out}, {"cu_seqlens_q", &cu_seqlens_q},
+                               {"seq_len_this_time", &seq_len_this_time},
+                               {"seq_lens_decoder", &seq_lens_decoder},
+                               {"seq_lens_encoder", &seq_lens_encoder}});
   const int elem_bytes =
       CheckInputs(tmp_out, cu_seqlens_q, seq_len_this_time, seq_lens_decoder, seq_lens_encoder,
                   batch_id_per_token_output, cu_seqlens_q_output, first_token_out, enable_logprob);

@@ -43,6 +43,9 @@ std::vector<paddle::Tensor> SpeculateGetSeqLensOutputCPU(const paddle::Tensor& s
 std::vector<paddle::Tensor> SpeculateGetSeqLensOutput(const paddle::Tensor& seq_lens_this_time,
                                                       const paddle::Tensor& seq_lens_encoder,
                                                       const paddle::Tensor& seq_lens_decoder) {
+  specworker::CheckGiven(kOp, {{"seq_lens_this_time", &seq_lens_this_time},
+                               {"seq_lens_encoder", &seq_lens_encoder},
+                               {"seq_lens_decoder", &seq_lens_decoder}});
   const int64_t bsz = specworker::CheckPerSlot(kOp, "seq_lens_this_time", seq_lens_this_time,
                                                paddle::DataType::INT32);
   specworker::CheckPerSlot(kOp, "seq_lens_encoder", seq_lens_encoder, paddle::DataType::INT32,

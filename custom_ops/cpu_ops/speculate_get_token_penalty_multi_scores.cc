@@ -16,11 +16,16 @@
 //   3. l = l / temperature[b] for the whole row;
 //   4. bad_tokens[b, j < min(bad_tokens_len[b], W)] -> mask.
 // mask = -1e10 (-1e4 for float16). Ids outside [0, V) in pre_ids, drafts, eos and bad tokens are
-// skipped. Values that would index out of range raise here (a batch id >= bsz, a row outside its
-// slot's [cu[b], cu[b+1]), cur_len[b] > S - 1, a row needing drafts past column D - 1), as does a
-// temperature <= 0; the CUDA kernel cannot raise without a host sync, so it bounds-checks instead
-// (skips the row, clamps the history, treats temperature <= 0 as 1). float16/bfloat16 rows are
-// computed in float and rounded once here; the CUDA kernel rounds between its phases.
+// skipped. Values that would index out of range raise here, before any row is written (a batch
+// id >= bsz, a row outside its slot's [cu[b], cu[b+1]), cur_len[b] > S - 1, a row needing drafts
+// past column D - 1), as does a temperature <= 0 and a prefix sum inconsistent with the rows
+// (op_checks.h CheckOutputRows: cu_seqlens_q_output[0] != 0, a decreasing cu, T_out =
+// cu_seqlens_q_output[bsz] > rows > 0, which would leave a slot's rows silently unpenalised); the
+// CUDA kernel cannot raise without a host sync, so it bounds-checks instead (one block per
+// logits row, so a slot's rows past the tensor do not exist and nothing past it is read; skips
+// a row with an invalid batch id, clamps the history, treats temperature <= 0 as 1).
+// float16/bfloat16 rows are computed in float and rounded once here; the CUDA kernel rounds
+// between its phases.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -81,8 +86,7 @@ void PenaltyCPU(const paddle::Tensor& pre_ids, paddle::Tensor& logits,
   const int32_t* cu = cu_seqlens_q_output.data<int32_t>();
   T* out = logits.data<T>();
 
-  std::vector<float> x(static_cast<size_t>(V));
-  std::vector<int64_t> ids;
+  // Every row is checked before any is written, so an error leaves logits untouched.
   for (int64_t t = 0; t < rows; ++t) {
     const int64_t b = batch_ids[t];
     if (b < 0) continue;
@@ -98,9 +102,19 @@ void PenaltyCPU(const paddle::Tensor& pre_ids, paddle::Tensor& logits,
     PD_CHECK(!drafts || step < 0 || i <= D - 1, kOp, ": row ", t, " is draft position ", i,
              " of slot ", b, " and counts draft_tokens[", b, ", 1 .. ", i,
              "], but draft_tokens has only D = ", D, " columns");
-    const float temp = temps[b];
-    PD_CHECK(temp > 0.f, kOp, ": temperatures[", b, "] = ", temp,
+    PD_CHECK(temps[b] > 0.f, kOp, ": temperatures[", b, "] = ", temps[b],
              ", expected > 0 (greedy rows take temperature 1)");
+  }
+  specworker::CheckOutputRows(kOp, "logits", rows, cu, bsz);
+
+  std::vector<float> x(static_cast<size_t>(V));
+  std::vector<int64_t> ids;
+  for (int64_t t = 0; t < rows; ++t) {
+    const int64_t b = batch_ids[t];
+    if (b < 0) continue;
+    const int64_t i = t - cu[b];
+    const int64_t step = steps[b];
+    const float temp = temps[b];
 
     T* row = out + t * V;
     for (int64_t v = 0; v < V; ++v) x[v] = static_cast<float>(row[v]);
@@ -146,6 +160,16 @@ void SpeculateGetTokenPenaltyMultiScores(
     const paddle::Tensor& seq_lens_this_time, const paddle::Tensor& batch_id_per_token_output,
     const paddle::Tensor& cu_seqlens_q_output, const paddle::optional<paddle::Tensor>& draft_tokens,
     int64_t max_seq_len) {
+  specworker::CheckGiven(kOp, {{"pre_ids", &pre_ids}, {"logits", &logits},
+                               {"penalty_scores", &penalty_scores},
+                               {"frequency_scores", &frequency_scores},
+                               {"presence_scores", &presence_scores},
+                               {"temperatures", &temperatures}, {"bad_tokens", &bad_tokens},
+                               {"bad_tokens_len", &bad_tokens_len}, {"cur_len", &cur_len},
+                               {"min_len", &min_len}, {"eos_token_id", &eos_token_id},
+                               {"seq_lens_this_time", &seq_lens_this_time},
+                               {"batch_id_per_token_output", &batch_id_per_token_output},
+                               {"cu_seqlens_q_output", &cu_seqlens_q_output}});
   (void)max_seq_len;  // legacy: FastDeploy [A]'s padded-output width; the row index needs no S
   using specworker::ShapeStr;
   const DataType dtype = logits.dtype();

@@ -130,6 +130,10 @@ std::vector<paddle::Tensor> SpeculatePreProcess(
     const paddle::Tensor& input_ids, const paddle::Tensor& seq_lens_this_time,
     const paddle::optional<paddle::Tensor>& draft_tokens, const paddle::Tensor& seq_lens_encoder,
     const paddle::Tensor& seq_lens_decoder, int64_t token_num_cpu) {
+  specworker::CheckGiven(kOp, {{"input_ids", &input_ids},
+                               {"seq_lens_this_time", &seq_lens_this_time},
+                               {"seq_lens_encoder", &seq_lens_encoder},
+                               {"seq_lens_decoder", &seq_lens_decoder}});
   CheckArgs(input_ids, seq_lens_this_time, draft_tokens, seq_lens_encoder, seq_lens_decoder,
             token_num_cpu);
   if (seq_lens_this_time.is_gpu()) {

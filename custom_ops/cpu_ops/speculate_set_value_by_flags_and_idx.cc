@@ -127,6 +127,11 @@ void SpeculateSetValueByFlagsAndIdx(paddle::Tensor& pre_ids_all,
                                     const paddle::Tensor& seq_lens_encoder,
                                     paddle::Tensor& seq_lens_decoder,
                                     const paddle::Tensor& step_idx) {
+  specworker::CheckGiven(kOp, {{"pre_ids_all", &pre_ids_all}, {"accept_tokens", &accept_tokens},
+                               {"accept_num", &accept_num}, {"stop_flags", &stop_flags},
+                               {"seq_lens_this_time", &seq_lens_this_time},
+                               {"seq_lens_encoder", &seq_lens_encoder},
+                               {"seq_lens_decoder", &seq_lens_decoder}, {"step_idx", &step_idx}});
   CheckArgs(pre_ids_all, accept_tokens, accept_num, stop_flags, seq_lens_this_time,
             seq_lens_encoder, seq_lens_decoder, step_idx);
   if (seq_lens_this_time.is_gpu()) {

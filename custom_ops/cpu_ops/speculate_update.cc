@@ -170,6 +170,14 @@ void SpeculateUpdate(paddle::Tensor& seq_lens_encoder, paddle::Tensor& seq_lens_
                      const paddle::Tensor& seq_lens_this_time, const paddle::Tensor& is_block_step,
                      const paddle::Tensor& stop_nums,
                      paddle::optional<paddle::Tensor>& mask_rollback) {
+  specworker::CheckGiven(kOp, {{"seq_lens_encoder", &seq_lens_encoder},
+                               {"seq_lens_decoder", &seq_lens_decoder},
+                               {"not_need_stop", &not_need_stop}, {"draft_tokens", &draft_tokens},
+                               {"actual_draft_token_nums", &actual_draft_token_nums},
+                               {"accept_tokens", &accept_tokens}, {"accept_num", &accept_num},
+                               {"stop_flags", &stop_flags},
+                               {"seq_lens_this_time", &seq_lens_this_time},
+                               {"is_block_step", &is_block_step}, {"stop_nums", &stop_nums}});
   CheckArgs(seq_lens_encoder, seq_lens_decoder, not_need_stop, draft_tokens,
             actual_draft_token_nums, accept_tokens, accept_num, stop_flags, seq_lens_this_time,
             is_block_step, stop_nums, mask_rollback);

@@ -273,6 +273,20 @@ void SpeculateVerify(const paddle::Tensor& sampled_token_ids, paddle::Tensor& ac
                      int verify_window, bool enable_topp, bool benchmark_mode,
                      bool accept_all_drafts, const std::string& verify_strategy,
                      const std::string& accept_policy) {
+  specworker::CheckGiven(kOp, {{"sampled_token_ids", &sampled_token_ids},
+                               {"accept_tokens", &accept_tokens}, {"accept_num", &accept_num},
+                               {"step_idx", &step_idx}, {"stop_flags", &stop_flags},
+                               {"seq_lens_encoder", &seq_lens_encoder},
+                               {"seq_lens_decoder", &seq_lens_decoder},
+                               {"draft_tokens", &draft_tokens},
+                               {"seq_lens_this_time", &seq_lens_this_time},
+                               {"verify_tokens", &verify_tokens}, {"verify_scores", &verify_scores},
+                               {"max_dec_len", &max_dec_len}, {"end_tokens", &end_tokens},
+                               {"is_block_step", &is_block_step},
+                               {"cu_seqlens_q_output", &cu_seqlens_q_output},
+                               {"actual_candidate_len", &actual_candidate_len},
+                               {"actual_draft_token_nums", &actual_draft_token_nums},
+                               {"topp", &topp}});
   (void)max_seq_len;  // FastDeploy's legacy attribute; rows come from cu_seqlens_q_output
   const int strategy = specworker::verify::ParseStrategy(verify_strategy);
   const int policy =

@@ -96,6 +96,8 @@ std::vector<paddle::Tensor> TopPCandidates(const paddle::Tensor& probs,
                                            const paddle::Tensor& top_p,
                                            const paddle::Tensor& batch_id_per_token_output,
                                            int candidates_len, int max_seq_len) {
+  specworker::CheckGiven(kOp, {{"probs", &probs}, {"top_p", &top_p},
+                               {"batch_id_per_token_output", &batch_id_per_token_output}});
   (void)max_seq_len;  // FastDeploy [A] decoded rows with it; batch ids make it unnecessary
   using specworker::ShapeStr;
   specworker::CheckDtype(kOp, "probs", probs, paddle::DataType::FLOAT32);

@@ -4,12 +4,28 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "paddle/extension.h"
 
 namespace specworker {
+
+// Every required input was given. Paddle hands a None for a required input to the kernel as an
+// undefined tensor (no implementation), on which dtype() or shape() dereferences null; a tensor
+// whose elements have no storage is just as unreadable. Each op runs this first, before any
+// other check reads an input, so even a direct call of the registered op raises instead of
+// crashing the process. (Zero-element tensors are legal inputs and carry no storage.)
+inline void CheckGiven(const char* op,
+                       std::initializer_list<std::pair<const char*, const paddle::Tensor*>> inputs) {
+  for (const auto& [name, x] : inputs) {
+    PD_CHECK(x->defined(), op, ": ", name, " is a required input, got None (an undefined tensor)");
+    PD_CHECK(x->numel() == 0 || x->initialized(), op, ": ", name,
+             " is an uninitialised tensor (", x->numel(), " elements without storage)");
+  }
+}
 
 inline std::string ShapeStr(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -112,6 +128,27 @@ inline void CheckSamePlace(const char* op, const char* name, const paddle::Tenso
   PD_CHECK(x.place() == ref.place(), op, ": ", name, " is on ", x.place().DebugString(),
            " but ", ref_name, " is on ", ref.place().DebugString(),
            "; all inputs must be on one device");
+}
+
+// Values of an op's output prefix sum (CPU kernels only: on a GPU these are device values, which
+// the host cannot read without a sync, so the CUDA kernels bound their accesses instead). The
+// rows tensor (`rows_name`, `rows` rows) may be a fixed-capacity buffer, but it must hold the
+// T_out = cu[bsz] rows the index describes, or a slot's rows past the tensor would be silently
+// skipped: cu starts at 0, never decreases, and cu[bsz] <= rows. A tensor with no rows at all
+// stays a no-op whatever cu says (the ops' existing contract for an empty call: nothing is
+// visited, so nothing is skipped silently). A row whose batch id is -1 is skipped by design; a
+// row with a slot id must lie in that slot's range, which the op checks per row.
+inline void CheckOutputRows(const char* op, const char* rows_name, int64_t rows, const int32_t* cu,
+                            int64_t bsz) {
+  PD_CHECK(cu[0] == 0, op, ": cu_seqlens_q_output[0] = ", cu[0],
+           ", expected 0 (an exclusive prefix sum)");
+  for (int64_t b = 0; b < bsz; ++b) {
+    PD_CHECK(cu[b + 1] >= cu[b], op, ": cu_seqlens_q_output[", b + 1, "] = ", cu[b + 1],
+             " < cu_seqlens_q_output[", b, "] = ", cu[b], ", expected a non-decreasing prefix sum");
+  }
+  PD_CHECK(rows == 0 || cu[bsz] <= rows, op, ": cu_seqlens_q_output[bsz = ", bsz, "] = ", cu[bsz],
+           " output rows but ", rows_name, " has ", rows,
+           " rows; expected cu_seqlens_q_output[bsz] <= rows");
 }
 
 // Optional inputs that only make sense together are given together or not at all.

@@ -151,6 +151,19 @@ def test_reasoning_phase_token_constraint_cuda_out_of_range_batch_id_is_skipped(
     np.testing.assert_array_equal(got, [[MASKED, 1, MASKED, MASKED], [1] * 4, [1] * 4])
 
 
+def test_reasoning_phase_token_constraint_cuda_first_row_past_the_logits_is_not_touched():
+    """GPU divergence (documented, issue 16): the CPU op raises when cu_seqlens_q_output[bsz] >
+    logits rows. The kernel runs one block per logits row, so slot 1 (status 2, first row 2 of
+    a 2-row tensor) has no row to constrain and nothing past the tensor is written; slot 0's
+    first row is masked as usual and both statuses still advance."""
+    pre_ids = np.full((2, 4), -1, np.int64)
+    logits = np.ones((2, 4), np.float32)
+    got, status = run_kernel(logits, pre_ids, [False, False], [2, 1], [2, 1], [0, 0], [1], [0, 0],
+                             np.array([0, 0], np.int32), [0, 2, 3], [False, False])
+    np.testing.assert_array_equal(status, [2, 2])
+    np.testing.assert_array_equal(got, [[MASKED, 1, MASKED, MASKED], [1] * 4])
+
+
 @pytest.mark.parametrize("sizes", [(-1, 4, 1, 4, 1), (1, -1, 1, 4, 1), (1, 4, -1, 4, 1), (1, 4, 1, -1, 1),
                                    (1, 4, 1, 4, -1)])
 def test_reasoning_phase_token_constraint_cuda_launcher_rejects_negative_sizes(sizes):

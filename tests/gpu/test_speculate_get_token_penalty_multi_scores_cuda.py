@@ -291,6 +291,19 @@ def test_speculate_get_token_penalty_multi_scores_cuda_bounds_checks_replace_cpu
     np.testing.assert_array_equal(run_kernel(case), ref(padded))
 
 
+def test_speculate_get_token_penalty_multi_scores_cuda_output_index_past_the_logits_rows():
+    """GPU divergence (documented, issue 16): the CPU op raises when cu_seqlens_q_output[bsz] =
+    T_out exceeds the logits rows; the kernel cannot read cu on the host, and with one block per
+    logits row it never touches a row past the tensor (run_kernel's guards check no write lands
+    outside): the rows that exist are penalised as usual, slot 2's row 3 simply is not there."""
+    case = three_slot_case()
+    case.logits = case.logits[:3]
+    np.testing.assert_array_equal(run_kernel(case), EXPECTED_WITH_DRAFTS[:3])
+    case = three_slot_case()
+    case.logits = case.logits[:4]  # exactly T_out rows: the allowed edge
+    np.testing.assert_array_equal(run_kernel(case), EXPECTED_WITH_DRAFTS[:4])
+
+
 def test_speculate_get_token_penalty_multi_scores_cuda_launcher_rejects_invalid_arguments():
     case = three_slot_case()
     d = cp.asarray(case.logits)

@@ -241,6 +241,30 @@ def test_reasoning_phase_token_constraint_rejects_bad_input(field, value, match)
         reasoning_phase_token_constraint(**args)
 
 
+@pytest.mark.parametrize(
+    "logits_rows, cu, batch_ids, match",
+    [
+        # slot 1's first row is row 2, which a 2-row logits tensor does not have
+        (2, [0, 2, 3], [0, 0], r"cu_seqlens_q_output\[bsz = 2\] = 3 output rows but logits has 2 rows"),
+        (4, [0, 3, 2], [0, 0, 0, -1], r"cu_seqlens_q_output\[2\] = 2 < cu_seqlens_q_output\[1\] = 3"),
+        (4, [1, 2, 3], [-1, 0, 1, -1], r"cu_seqlens_q_output\[0\] = 1, expected 0"),
+    ],
+)
+def test_reasoning_phase_token_constraint_rejects_output_index_inconsistent_with_rows(logits_rows, cu, batch_ids,
+                                                                                        match):
+    """Regression (issue 16): with T_out = cu[bsz] > rows a slot entering status 2 could have its
+    first row outside logits and silently stay unconstrained. The CPU op checks the prefix sum
+    against the rows before anything (status included) is written."""
+    args = _good_inputs()
+    args["logits"] = paddle.zeros([logits_rows, 5], dtype="float32")
+    args["cu_seqlens_q_output"] = paddle.to_tensor(cu, dtype="int32")
+    args["batch_id_per_token_output"] = paddle.to_tensor(batch_ids, dtype="int32")
+    args["reasoning_status"] = paddle.to_tensor([2, 2], dtype="int32")  # 2 -> 3 if the op ran
+    with pytest.raises(ValueError, match=match):
+        reasoning_phase_token_constraint(**args)
+    np.testing.assert_array_equal(args["reasoning_status"].numpy(), [2, 2])
+
+
 def test_reasoning_phase_token_constraint_rejects_bsz_above_n():
     args = _good_inputs()
     for name in ("seq_lens_this_time", "seq_lens_encoder"):

@@ -190,6 +190,42 @@ ERRORS = [
 ]
 
 
+def _logits_rows(case, rows):
+    case.logits = case.logits[:rows]
+
+
+OUTPUT_ROWS_ERRORS = [
+    # slot 2's row 3 is not in a 3-row logits tensor: it would silently stay unpenalised
+    ("T_out past logits", lambda c: _logits_rows(c, 3),
+     r"cu_seqlens_q_output\[bsz = 3\] = 4 output rows but logits has 3 rows; expected cu_seqlens_q_output\[bsz\] <= rows"),
+    ("decreasing cu", lambda c: c.cu_seqlens_q_output.__setitem__(2, 2),
+     r"cu_seqlens_q_output\[2\] = 2 < cu_seqlens_q_output\[1\] = 3, expected a non-decreasing prefix sum"),
+    ("cu[0] != 0", lambda c: (c.cu_seqlens_q_output.__setitem__(0, 1), c.batch_id_per_token_output.__setitem__(0, -1)),
+     r"cu_seqlens_q_output\[0\] = 1, expected 0"),
+]
+
+
+@pytest.mark.parametrize("what, mutate, match", OUTPUT_ROWS_ERRORS, ids=[e[0] for e in OUTPUT_ROWS_ERRORS])
+def test_speculate_get_token_penalty_multi_scores_rejects_output_index_inconsistent_with_rows(what, mutate, match):
+    """Regression (issue 16): cu_seqlens_q_output was not checked against the logits rows, so an
+    index describing more rows than logits has (T_out = cu[bsz] > rows) left the missing rows
+    unpenalised without a word. The CPU op now requires cu[0] = 0, a non-decreasing cu and
+    cu[bsz] <= rows (rows may exceed T_out: capacity buffers), before any row is written."""
+    case = _bad(mutate)
+    args = [paddle.to_tensor(a) for a in case.args()]
+    with pytest.raises(ValueError, match=match):
+        speculate_get_token_penalty_multi_scores(*args, case.max_seq_len, paddle.to_tensor(case.draft_tokens))
+    np.testing.assert_array_equal(args[1].numpy(), case.logits)  # nothing written
+
+
+def test_speculate_get_token_penalty_multi_scores_logits_sliced_to_t_out():
+    """The allowed relation's edge: logits with exactly T_out = cu[bsz] rows (sliced from the
+    capacity buffer) is fine; batch_id_per_token_output keeps its capacity."""
+    case = three_slot_case()
+    case.logits = case.logits[:4]
+    np.testing.assert_array_equal(run_op(case), EXPECTED_WITH_DRAFTS[:4])
+
+
 @pytest.mark.parametrize("what, mutate, match", ERRORS, ids=[e[0] for e in ERRORS])
 def test_speculate_get_token_penalty_multi_scores_rejects_bad_input(what, mutate, match):
     case = _bad(mutate)

@@ -12,7 +12,9 @@
 // call); the cost is O(V + A * ceil(V / 32768)) per constrained row, for any A and V.
 // Bounds: a history position outside [0, max_seq_len) reads as -1 (FastDeploy reads past the
 // row), a batch id outside [0, bsz) skips the row (the CPU op raises), allowed ids outside
-// [0, V) are ignored.
+// [0, V) are ignored. The grid covers the logits rows only, so an output index describing more
+// rows than logits has (cu_seqlens_q_output[bsz] > rows: the CPU op raises) reads and writes
+// nothing past the tensor; such a slot's first row simply does not exist here.
 #include "reasoning_phase_token_constraint.h"
 
 namespace {

@@ -1,7 +1,10 @@
 // speculate_get_token_penalty_multi_scores CUDA kernel: min length, repetition / frequency /
 // presence penalties, temperature and bad words, in place on logits [num_rows, V].
 // Row t belongs to slot b = batch_id_per_token_output[t] (rows with b outside [0, bsz) are left
-// untouched) at local index i = t - cu_seqlens_q_output[b]. Per row, in FastDeploy's order:
+// untouched) at local index i = t - cu_seqlens_q_output[b]. The grid covers the num_rows rows of
+// logits only, so an output index that describes more rows (cu_seqlens_q_output[bsz] > num_rows:
+// the CPU op raises) never makes the kernel read or write past the tensor, and a local index
+// outside the slot's drafts is clamped. Per row, in FastDeploy's order:
 //   1. eos ids -> mask (-1e10; -1e4 for float16) while cur_len[b] >= 0 and cur_len[b] + i < min_len[b];
 //   2. history = pre_ids[b, 1 .. cur_len[b]] (+ draft_tokens[b, 1 .. i] when drafts are given);
 //      for each distinct id v in [0, V) with count c:

@@ -9,9 +9,10 @@ import numbers
 
 import paddle
 
-from specworker.model_executor.ops._extension import _run
+from specworker.model_executor.ops._extension import _run, op_wrapper
 
 
+@op_wrapper
 def get_cu_seqlens(seq_lens: paddle.Tensor) -> paddle.Tensor:
     """Exclusive prefix sum of per-slot lengths.
 
@@ -34,6 +35,7 @@ class PaddingOffsetOutput(NamedTuple):
     cu_seqlens_k: paddle.Tensor  # [bsz + 1] int32, equal to cu_seqlens_q
 
 
+@op_wrapper
 def get_padding_offset(
     input_ids: paddle.Tensor | None,
     seq_lens_this_time: paddle.Tensor,
@@ -99,6 +101,7 @@ def get_padding_offset(
     )
 
 
+@op_wrapper
 def speculate_get_seq_lens_output(
     seq_lens_this_time: paddle.Tensor, seq_lens_encoder: paddle.Tensor, seq_lens_decoder: paddle.Tensor
 ) -> paddle.Tensor:
@@ -120,6 +123,7 @@ def speculate_get_seq_lens_output(
     return out[0] if isinstance(out, (list, tuple)) else out
 
 
+@op_wrapper
 def rebuild_padding(
     tmp_out: paddle.Tensor,
     cu_seqlens_q: paddle.Tensor,
@@ -199,6 +203,7 @@ class SpeculatePreProcessOutput(NamedTuple):
     seq_lens_output: paddle.Tensor  # [bsz] int32, O_b
 
 
+@op_wrapper
 def speculate_pre_process(
     token_num_cpu: int,
     input_ids: paddle.Tensor,

@@ -6,9 +6,10 @@ import math
 
 import paddle
 
-from specworker.model_executor.ops._extension import _host_int, _run
+from specworker.model_executor.ops._extension import _host_int, _run, op_wrapper
 
 
+@op_wrapper
 def paged_attention(
     q: paddle.Tensor,
     k: paddle.Tensor,
@@ -90,6 +91,7 @@ def paged_attention(
     return out[0] if isinstance(out, (list, tuple)) else out
 
 
+@op_wrapper
 def batch_invariant_linear(
     x: paddle.Tensor, weight: paddle.Tensor, bias: paddle.Tensor | None = None
 ) -> paddle.Tensor:

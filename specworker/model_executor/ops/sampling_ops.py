@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import paddle
 
-from specworker.model_executor.ops._extension import _run
+from specworker.model_executor.ops._extension import _run, op_wrapper
 
 
 class TopPCandidatesOutput(NamedTuple):
@@ -17,6 +17,7 @@ class TopPCandidatesOutput(NamedTuple):
     actual_candidate_lens: paddle.Tensor  # [rows] int32, the top-p set size; 0 on skipped rows
 
 
+@op_wrapper
 def top_p_candidates(
     probs: paddle.Tensor,
     top_p: paddle.Tensor,
@@ -65,6 +66,7 @@ def top_p_candidates(
     return TopPCandidatesOutput(verify_scores=scores, verify_tokens=tokens, actual_candidate_lens=lens)
 
 
+@op_wrapper
 def reasoning_phase_token_constraint(
     logits: paddle.Tensor,
     pre_ids: paddle.Tensor,
@@ -96,7 +98,7 @@ def reasoning_phase_token_constraint(
     [0, V), which keep their logits; no row changes when allowed_tokens is empty.
 
     Args:
-        logits: [rows, V] float32, updated in place.
+        logits: [rows, V] float32, updated in place; rows >= T_out = cu_seqlens_q_output[bsz].
         pre_ids: [N, S] int64 generated history; pre_ids[b, step_idx[b]] is the last token.
         stop_flags: [N] (or [N, 1]) bool.
         seq_lens_this_time: [bsz] (or [bsz, 1]) int32; only its length bsz <= N is used.
@@ -109,8 +111,10 @@ def reasoning_phase_token_constraint(
         enable_thinking: [N] (or [N, 1]) bool.
         think_end_id, line_break_id: token ids of "</think>" and "\n".
     Raises:
-        ValueError: wrong dtype/shape; on CPU also a batch id outside [-1, bsz) (on GPU such a
-            row is skipped).
+        ValueError: wrong dtype/shape; on CPU also (before anything is written) a batch id
+            outside [-1, bsz) and cu_seqlens_q_output not a prefix sum from 0 or describing more
+            rows than logits has (T_out > rows > 0). On GPU such a row is skipped and nothing
+            past the logits rows is touched (no host sync).
 
     Example (think_end_id 9, line_break_id 7, allowed [4], V = 6): slot 0 with status 1,
     step_idx 5 and pre_ids[0, 2:6] = [7, 9, 7, 7] moves to 2, and its first row
@@ -153,6 +157,7 @@ def _mode_name(field: str, value, allowed: tuple[str, ...]) -> str:
     raise ValueError(f"speculate_verify: {field} = {value!r}, expected one of {allowed} or its index")
 
 
+@op_wrapper
 def speculate_verify(
     sampled_token_ids: paddle.Tensor,
     accept_tokens: paddle.Tensor,
@@ -239,6 +244,7 @@ def speculate_verify(
     )
 
 
+@op_wrapper
 def speculate_get_token_penalty_multi_scores(
     pre_ids: paddle.Tensor,
     logits: paddle.Tensor,
@@ -271,7 +277,8 @@ def speculate_get_token_penalty_multi_scores(
 
     Args:
         pre_ids: [N, S] int64 generated-token history (-1 past cur_len).
-        logits: [T_out or capacity, V] float32, float16 or bfloat16; updated in place.
+        logits: [rows, V] float32, float16 or bfloat16, updated in place; rows >= T_out =
+            cu_seqlens_q_output[bsz] (T_out itself or the output capacity; 0 rows: a no-op).
         penalty_scores, frequency_scores, presence_scores: [N] (or [N, 1]) float32 alpha, beta, gamma.
         temperatures: [N] (or [N, 1]) float32, > 0 for every slot that has a row (CPU raises;
             the CUDA kernel treats <= 0 as 1). Greedy rows should pass 1.
@@ -285,6 +292,13 @@ def speculate_get_token_penalty_multi_scores(
         draft_tokens: [ours] optional [N, D] int64 (column 0 = last accepted token, then drafts).
     Returns:
         logits itself (updated in place).
+    Raises:
+        ValueError: wrong dtype/shape/device; on CPU also (before any row is written) a batch
+            id >= bsz, a row outside its slot's [cu[b], cu[b + 1]), cur_len[b] > S - 1, a row
+            needing drafts past column D - 1, a temperature <= 0, and cu_seqlens_q_output not a
+            prefix sum from 0 or describing more rows than logits has (T_out > rows > 0). On GPU
+            those cannot raise without a host sync: one block per logits row (nothing past the
+            tensor is touched), invalid rows skipped, history clamped, temperature <= 0 as 1.
     Example: slot 0 with rows [0, 2) (cu = [0, 2]), cur_len 2, pre_ids[0] = [-1, 7, 7, -1],
     draft_tokens[0] = [7, 9, -1], alpha 1, beta 0.5, gamma 0, temperature 1: row 0 subtracts
     2 * 0.5 from logit 7; row 1 (conditioned on draft 9) also subtracts 0.5 from logit 9.

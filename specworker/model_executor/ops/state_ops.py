@@ -6,9 +6,10 @@ from typing import NamedTuple
 
 import paddle
 
-from specworker.model_executor.ops._extension import _host_bool, _host_int, _run
+from specworker.model_executor.ops._extension import _host_bool, _host_int, _run, op_wrapper
 
 
+@op_wrapper
 def speculate_update(
     seq_lens_encoder: paddle.Tensor,
     seq_lens_decoder: paddle.Tensor,
@@ -69,6 +70,7 @@ def speculate_update(
     )
 
 
+@op_wrapper
 def speculate_set_value_by_flags_and_idx(
     pre_ids_all: paddle.Tensor,
     accept_tokens: paddle.Tensor,
@@ -115,6 +117,7 @@ def speculate_set_value_by_flags_and_idx(
     )
 
 
+@op_wrapper
 def draft_model_preprocess(
     draft_tokens: paddle.Tensor,
     input_ids: paddle.Tensor,
@@ -209,6 +212,7 @@ class EagleHiddenStatesOutput(NamedTuple):
     output_token_num: paddle.Tensor  # [1] int32 on the input's device, = sum(draft L)
 
 
+@op_wrapper
 def eagle_get_hidden_states(
     input: paddle.Tensor,
     seq_lens_this_time: paddle.Tensor,
@@ -258,6 +262,7 @@ def eagle_get_hidden_states(
     return EagleHiddenStatesOutput(out=out, output_token_num=count)
 
 
+@op_wrapper
 def draft_model_update(
     inter_next_tokens: paddle.Tensor,
     draft_tokens: paddle.Tensor,
@@ -328,6 +333,7 @@ def draft_model_update(
     )
 
 
+@op_wrapper
 def draft_model_postprocess(
     base_model_draft_tokens: paddle.Tensor,
     base_model_seq_lens_this_time: paddle.Tensor,
