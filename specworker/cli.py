@@ -21,7 +21,9 @@ from specworker.config import ConfigError, load_config
 logger = logging.getLogger(__name__)
 
 PROG = "specworker"
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "mtp_tiny.yaml"
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+DEFAULT_CONFIG = CONFIGS / "smollm2.yaml"  # run: the real default model (created by `make run` / `make test`)
+DEFAULT_BENCH_CONFIG = CONFIGS / "mtp_tiny.yaml"  # bench: a speculative config
 EXIT_MISMATCH = 1
 EXIT_USAGE = 2
 
@@ -83,27 +85,35 @@ def _load(args: argparse.Namespace):
 def _cmd_run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from specworker.batch_run import load_worker, queue_prompts, run_queued
+    from specworker.batch_run import encode_prompts, load_worker, queue_prompts, run_queued
+    from specworker.hf_tokenizer import load_tokenizer
     from specworker.report import run_metrics, run_metrics_table
     from specworker.sampling_params import SamplingParams
 
     config, prompts = _load(args)
     worker = load_worker(config, source=str(args.config))
-    req_ids = queue_prompts(worker, prompts, SamplingParams(temperature=0.0, max_tokens=args.max_tokens))
+    tokenizer = load_tokenizer(config.model.path)
+    prompt_ids = encode_prompts(tokenizer, prompts, chat=args.chat)
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=args.ignore_eos)
+    req_ids = queue_prompts(worker, prompts, params, tokenizer=tokenizer, chat=args.chat)
     with tqdm(total=len(prompts) * args.max_tokens, unit="tok", desc="generating", file=sys.stderr) as bar:
-        run = run_queued(worker, prompts, req_ids, on_tokens=bar.update)
+        run = run_queued(worker, prompts, req_ids, on_tokens=bar.update, tokenizer=tokenizer)
         bar.total = bar.n  # requests that stop at eos end early
         bar.refresh()
-    print(f"# {args.config}: {len(prompts)} prompts, greedy, max_tokens {args.max_tokens}")
+    mode = "chat" if args.chat else "completion"
+    print(f"# {args.config}: {len(prompts)} prompts ({mode}), greedy, max_tokens {args.max_tokens}")
     for i, (prompt, text, reason) in enumerate(zip(run.prompts, run.texts, run.finish_reasons), 1):
-        shown = text.replace("\n", "\\n")
-        print(f"[{i}] {prompt} >>> {shown}  ({reason.value})")
+        shown, shown_prompt = text.replace("\n", "\\n"), prompt.replace("\n", "\\n")
+        print(f"[{i}] {shown_prompt} >>> {shown}  ({reason.value})")
     print()
     print(run_metrics_table(run))
     if args.json is not None:
-        data = {"config": str(args.config), "max_tokens": args.max_tokens, "metrics": run_metrics(run),
-                "completions": [{"prompt": p, "text": t, "token_ids": ids, "finish_reason": r.value}
-                                for p, t, ids, r in zip(run.prompts, run.texts, run.token_ids, run.finish_reasons)]}
+        data = {"config": str(args.config), "max_tokens": args.max_tokens, "chat": args.chat,
+                "ignore_eos": args.ignore_eos, "metrics": run_metrics(run),
+                "completions": [{"prompt": p, "prompt_token_ids": pids, "text": t, "token_ids": ids,
+                                 "finish_reason": r.value}
+                                for p, pids, t, ids, r in zip(run.prompts, prompt_ids, run.texts, run.token_ids,
+                                                              run.finish_reasons)]}
         _write(args.json, lambda path: path.write_text(json.dumps(data, indent=1) + "\n"))
         print(f"wrote {args.json}")
     return 0
@@ -153,8 +163,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
-    load_config(args.path, check_paths=not args.no_check_paths)
+    config = load_config(args.path, check_paths=not args.no_check_paths)
     print(f"{args.path}: ok")
+    if not args.no_check_paths:
+        from specworker.batch_run import describe_model
+
+        print(describe_model(config, source=str(args.path)))
     return 0
 
 
@@ -165,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="generate greedily for a batch of prompts and print metrics")
     run.add_argument("--max-tokens", type=_int_at_least(1), default=64, help="new tokens per prompt at most")
     run.add_argument("--json", type=Path, metavar="OUT", help="also write completions and metrics as JSON")
+    run.add_argument("--chat", action="store_true", help="send each prompt as a user message through the model's "
+                     "chat template")
+    run.add_argument("--ignore-eos", action="store_true", help="generate max-tokens tokens, past eos")
     run.set_defaults(func=_cmd_run)
     bench = commands.add_parser("bench", help="speculative vs non-speculative throughput per batch size")
     bench.add_argument("--batch-sizes", type=_batch_sizes, default=(1, 4, 16, 32), help="e.g. 1,4,16,32")
@@ -174,10 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", type=Path, default=Path("build/bench"), help="folder for bench.json, bench.png")
     bench.add_argument("--readme", type=Path, help="also write the table into this README between its markers")
     bench.set_defaults(func=_cmd_bench)
-    for sub in (run, bench):
-        sub.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="YAML config (default: configs/mtp_tiny.yaml)")
-        sub.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help="one prompt per line (default: "
-                         "the packaged prompt set)")
+    for sub, default in ((run, DEFAULT_CONFIG), (bench, DEFAULT_BENCH_CONFIG)):
+        sub.add_argument("--config", type=Path, default=default, help=f"YAML config (default: configs/{default.name})")
+        sub.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help="one prompt per line, or JSON Lines "
+                         '({"prompt": "..."} a line; default: the packaged prompt set)')
     check = commands.add_parser("check-config", help="validate a YAML config")
     check.add_argument("path", type=Path)
     check.add_argument("--no-check-paths", action="store_true", help="do not require checkpoint paths to exist")

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.smollm2 import require_smollm2
+
 REPO = Path(__file__).resolve().parent.parent
 BUILTIN_WEIGHTS = REPO / "specworker" / "model_executor" / "models" / "weights" / "tiny" / "model.safetensors"
 
@@ -68,7 +70,9 @@ def prompts_file(tmp_path) -> Path:
 
 def test_cli_check_config_ok():
     result = specworker("check-config", "configs/baseline_tiny.yaml")
-    assert result.returncode == 0 and result.stdout.strip() == "configs/baseline_tiny.yaml: ok", result
+    lines = result.stdout.splitlines()
+    assert result.returncode == 0 and lines[0] == "configs/baseline_tiny.yaml: ok", result
+    assert lines[1].startswith("model: builtin:tiny") and "4 layers, hidden 192" in lines[1] and "1.7M parameters" in lines[1]
 
 
 def test_cli_run_missing_config():
@@ -209,9 +213,10 @@ def test_cli_bench_rejects_non_speculative_config_and_readme_without_markers(tmp
     assert_one_line_error(specworker("bench", "--readme", str(readme)), "README has no bench markers")
 
 
-@pytest.mark.skipif(not BUILTIN_WEIGHTS.exists(), reason="builtin:tiny weights are not in this checkout")
 def test_cli_run_default_config_is_make_run():
+    """`make run` = `specworker run`: SmolLM2-135M (configs/smollm2.yaml) on the packaged prompts."""
+    require_smollm2()
     result = specworker("run", "--max-tokens", "4")
     assert result.returncode == 0 and "Traceback" not in result.stderr, result
-    assert result.stdout.startswith("# configs/mtp_tiny.yaml: 16 prompts, greedy, max_tokens 4")
-    assert "[16] " in result.stdout and "| mean acceptance length " in result.stdout
+    assert result.stdout.startswith("# configs/smollm2.yaml: 16 prompts (completion), greedy, max_tokens 4")
+    assert "[16] " in result.stdout and "| tokens/s " in result.stdout
