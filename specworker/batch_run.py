@@ -115,6 +115,14 @@ def encode_prompts(tokenizer, prompts: Sequence[str], *, chat: bool = False) -> 
         raise UserError(f"--chat: {err}") from None
 
 
+def tokenizer_of(worker):
+    """The tokenizer of the worker's model (load_tokenizer). Raises UserError when it cannot be loaded."""
+    try:
+        return load_tokenizer(worker.config.model.path)
+    except (FileNotFoundError, ValueError) as err:
+        raise UserError(f"cannot load the tokenizer: {err}") from None
+
+
 def describe_model(config: WorkerConfig, *, source: str = "config") -> str:
     """One line about the target model: architecture, shape, parameters and stored weights. Opens config.json
     and every weights file's header (not the data). Raises UserError when they cannot be read."""
@@ -153,7 +161,7 @@ def queue_prompts(worker, prompts: Sequence[str], params: SamplingParams, *, tok
     cannot run (too long for max_model_len or the KV cache)."""
     if worker.has_unfinished():
         raise ValueError("queue_prompts: the worker has unfinished requests; allowed: an idle worker")
-    tokenizer = tokenizer or load_tokenizer(worker.config.model.path)
+    tokenizer = tokenizer or tokenizer_of(worker)
     req_ids = [f"batch{worker.num_steps}-{i}" for i in range(len(prompts))]
     for i, (req_id, prompt, ids) in enumerate(zip(req_ids, prompts, encode_prompts(tokenizer, prompts, chat=chat))):
         try:
@@ -182,7 +190,7 @@ def run_queued(worker, prompts: Sequence[str], req_ids: Sequence[str], *,
             on_tokens(sum(len(out.new_token_ids) for out in outs))
     seconds = time.perf_counter() - start
     token_ids = [done[r].output_token_ids for r in req_ids]
-    tokenizer = tokenizer or load_tokenizer(worker.config.model.path)
+    tokenizer = tokenizer or tokenizer_of(worker)
     return BatchRun(prompts=list(prompts), token_ids=token_ids, texts=[tokenizer.decode(t) for t in token_ids],
                     finish_reasons=[done[r].finish_reason for r in req_ids], seconds=seconds,
                     num_steps=worker.num_steps - steps_before,

@@ -1,4 +1,4 @@
-"""Command line of specworker: `run`, `bench` and `check-config`. The only module that prints.
+"""Command line of specworker: `run`, `bench`, `check-config` and `convert-gguf`. The only module that prints.
 
 User mistakes (bad config, bad arguments, unreadable files, weights that do not load, `device: gpu` on a
 CPU-only Paddle) end in one `specworker: error: ...` line on stderr and exit status 2; a bench whose
@@ -92,7 +92,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     config, prompts = _load(args)
     worker = load_worker(config, source=str(args.config))
-    tokenizer = load_tokenizer(config.model.path)
+    try:
+        tokenizer = load_tokenizer(config.model.path)
+    except (FileNotFoundError, ValueError) as err:
+        raise UserError(f"{args.config}: cannot load the tokenizer: {err}") from None
     prompt_ids = encode_prompts(tokenizer, prompts, chat=args.chat)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=args.ignore_eos)
     req_ids = queue_prompts(worker, prompts, params, tokenizer=tokenizer, chat=args.chat)
@@ -163,12 +166,24 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
-    config = load_config(args.path, check_paths=not args.no_check_paths)
-    print(f"{args.path}: ok")
-    if not args.no_check_paths:
-        from specworker.batch_run import describe_model
+    from specworker.batch_run import describe_model
 
-        print(describe_model(config, source=str(args.path)))
+    config = load_config(args.path, check_paths=not args.no_check_paths)
+    model = None if args.no_check_paths else describe_model(config, source=str(args.path))  # opens the weights
+    print(f"{args.path}: ok")
+    if model is not None:
+        print(model)
+    return 0
+
+
+def _cmd_convert_gguf(args: argparse.Namespace) -> int:
+    from specworker.model_executor.models.gguf_convert import convert_gguf
+
+    try:
+        out = convert_gguf(args.src, args.dst, dtype=args.dtype)
+    except (ValueError, OSError) as err:  # every message names the file (and the field) at fault
+        raise UserError(str(err)) from None
+    print(f"wrote {out} (Hugging Face Llama directory, {args.dtype} weights)")
     return 0
 
 
@@ -199,6 +214,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("path", type=Path)
     check.add_argument("--no-check-paths", action="store_true", help="do not require checkpoint paths to exist")
     check.set_defaults(func=_cmd_check_config)
+    convert = commands.add_parser("convert-gguf", help="convert a llama.cpp GGUF (llama architecture) into a "
+                                  "Hugging Face model directory")
+    convert.add_argument("src", type=Path, help="the .gguf file")
+    convert.add_argument("dst", type=Path, help="directory to write (an earlier conversion there is replaced)")
+    convert.add_argument("--dtype", default="float32", help="storage dtype of the weights (only float32)")
+    convert.set_defaults(func=_cmd_convert_gguf)
     return parser
 
 

@@ -131,10 +131,22 @@ def check_messages(messages: Any) -> None:
             raise TypeError(f"messages[{i}].content is a {type(m.get('content')).__name__}; allowed: a str")
 
 
+def _is_tiny_layout(model_dir: Path) -> bool:
+    """specworker's own tiny-model directory (config.json without Hugging Face's keys, no tokenizer.json)."""
+    if (model_dir / TOKENIZER_FILE).is_file():
+        return False
+    try:
+        cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return isinstance(cfg, dict) and "num_layers" in cfg and "architectures" not in cfg
+
+
 @functools.lru_cache(maxsize=8)
 def load_tokenizer(model_path: str, tokenizer_dir: str | None = None):
-    """The tokenizer of a model: ByteTokenizer for builtin: models, else HFTokenizer of the checkpoint
-    directory (or of tokenizer_dir when given). Cached: tokenizers are immutable."""
-    if tokenizer_dir is None and model_path.startswith("builtin:"):
+    """The tokenizer of a model: ByteTokenizer for builtin: models and specworker's tiny-layout checkpoints,
+    else HFTokenizer of the checkpoint directory (or of tokenizer_dir when given). Cached: tokenizers are
+    immutable. Raises FileNotFoundError / ValueError naming the file."""
+    if tokenizer_dir is None and (model_path.startswith("builtin:") or _is_tiny_layout(Path(model_path))):
         return ByteTokenizer()
     return HFTokenizer(tokenizer_dir or model_path)

@@ -220,3 +220,37 @@ def test_cli_run_default_config_is_make_run():
     assert result.returncode == 0 and "Traceback" not in result.stderr, result
     assert result.stdout.startswith("# configs/smollm2.yaml: 16 prompts (completion), greedy, max_tokens 4")
     assert "[16] " in result.stdout and "| tokens/s " in result.stdout
+
+
+def test_cli_prompts_jsonl_and_json_fields(tmp_path, tiny_ckpt):
+    config = write_config(tmp_path / "c.yaml", str(tiny_ckpt))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "two\nlines"}) + "\n\n" + json.dumps({"prompt": "second"}) + "\n")
+    out = tmp_path / "run.json"
+    result = specworker("run", "--config", str(config), "--prompts", str(prompts), "--max-tokens", "5",
+                        "--ignore-eos", "--json", str(out))
+    assert result.returncode == 0, result
+    assert "[1] two\\nlines >>> " in result.stdout
+    data = json.loads(out.read_text())
+    assert data["ignore_eos"] is True and data["chat"] is False
+    first = data["completions"][0]
+    assert set(first) == {"prompt", "prompt_token_ids", "text", "token_ids", "finish_reason"}
+    assert first["prompt"] == "two\nlines" and first["prompt_token_ids"][0] == 256  # BOS + bytes
+    assert [len(c["token_ids"]) for c in data["completions"]] == [5, 5] and first["finish_reason"] == "length"
+
+
+def test_cli_prompts_jsonl_errors(tmp_path):
+    cases = [('{"prompt": "ok"}\nnot json\n', ":2: not a JSON object"),
+             ('{"text": "no prompt field"}\n', ':1: needs a non-empty string field "prompt"'),
+             ('{"prompt": ""}\n', ':1: needs a non-empty string field "prompt"')]
+    for i, (text, why) in enumerate(cases):
+        path = tmp_path / f"bad{i}.jsonl"
+        path.write_text(text)
+        assert_one_line_error(specworker("run", "--config", "configs/baseline_tiny.yaml", "--prompts", str(path)),
+                              str(path), why)
+
+
+def test_cli_chat_on_the_byte_model_is_a_usage_error(tmp_path, tiny_ckpt, prompts_file):
+    config = write_config(tmp_path / "c.yaml", "builtin:tiny", method="none")
+    assert_one_line_error(specworker("run", "--config", str(config), "--prompts", str(prompts_file), "--chat"),
+                          "--chat", "no chat template")

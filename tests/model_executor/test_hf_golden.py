@@ -80,3 +80,23 @@ def test_golden_cases_cover_the_options():
     for case, dtype in (("llama_bf16", "BF16"), ("llama_fp16", "F16")):
         header = (DATA / case / "model.safetensors").read_bytes()[:4096]
         assert f'"dtype":"{dtype}"'.encode() in header
+
+
+def test_golden_transformers5_config_layout(tmp_path):
+    """transformers 5 writes rope_parameters (rope_theta inside) and dtype: the same checkpoint loads the same."""
+    import json
+    import shutil
+
+    for case in ("llama", "llama_linear"):
+        dst = tmp_path / case
+        shutil.copytree(DATA / case, dst)
+        cfg = json.loads((dst / "config.json").read_text())
+        scaling = cfg.pop("rope_scaling") or {"rope_type": "default"}
+        cfg["rope_parameters"] = {**scaling, "rope_theta": cfg.pop("rope_theta")}
+        cfg["dtype"] = cfg.pop("torch_dtype")
+        (dst / "config.json").write_text(json.dumps(cfg))
+        model = load_hf_target(dst)
+        ids, want = _golden(case)
+        with paddle.no_grad():
+            got = model.logits_train(model.forward_train(paddle.to_tensor(ids))).numpy()
+        assert float(np.abs(got - want).max()) <= ATOL, case
