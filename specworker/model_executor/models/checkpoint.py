@@ -17,6 +17,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from specworker.config import ARCH_FIELDS, ModelConfig
+from specworker.model_executor.layers.decoder_layer import skip_random_init
 from specworker.model_executor.models.hf_checkpoint import load_hf_mtp, load_hf_target
 from specworker.model_executor.models.hf_config import is_hf_checkpoint
 from specworker.model_executor.models.llama import LlamaArch, LlamaModel
@@ -88,7 +89,8 @@ def load_target(model_config: ModelConfig, place=None) -> LlamaModel:
             if have != want:
                 raise ValueError(f"{model_dir / CONFIG_FILE}: {key} = {have!r}, but model.{key} = {want!r} "
                                  f"for {model_config.path!r} (the committed weights have the file's architecture)")
-    model = LlamaModel(arch)
+    with skip_random_init():
+        model = LlamaModel(arch)
     _load_state(model, model_dir / TARGET_FILE)
     model.eval()
     return model.to_place(place or paddle.CPUPlace())
@@ -110,7 +112,8 @@ def load_mtp(path_or_builtin: str, target: LlamaModel, place=None) -> MTPDraft:
     from the MTP layer of a Hugging Face checkpoint directory (hf_checkpoint.load_hf_mtp)."""
     if not path_or_builtin.startswith("builtin:") and is_hf_checkpoint(path_or_builtin):
         return load_hf_mtp(path_or_builtin, target, place)
-    draft = MTPDraft(target)
+    with skip_random_init():
+        draft = MTPDraft(target)
     _load_state(draft, draft_file(path_or_builtin))
     draft.eval()
     draft.to(place or paddle.CPUPlace())

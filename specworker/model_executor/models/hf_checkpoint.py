@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import paddle
 
+from specworker.model_executor.layers.decoder_layer import skip_random_init
 from specworker.model_executor.models.hf_config import HFModelInfo, read_hf_config
 from specworker.model_executor.models.llama import LlamaArch, LlamaModel
 from specworker.model_executor.models.mtp import MTPDraft
@@ -166,7 +167,8 @@ def load_hf_target(model_dir: str | Path, place=None, *, info: HFModelInfo | Non
     """
     info = info or read_hf_config(model_dir)
     arch, weights = info.arch, HFWeights(Path(model_dir))
-    model = LlamaModel(arch)
+    with skip_random_init():
+        model = LlamaModel(arch)
     h, v = arch.hidden_size, arch.vocab_size
     for n, layer in enumerate(model.layers):
         _fill(layer, _layer_tensors(weights, f"model.layers.{n}.", arch, info.rope_interleaved), f"layer {n}")
@@ -209,7 +211,8 @@ def load_hf_mtp(model_dir: str | Path, target: LlamaModel, place=None) -> MTPDra
     else:
         raise ValueError(f"{model_dir}: no MTP layer in this checkpoint (looked for ERNIE's "
                          f"model.mtp_linear_proj.0.weight and DeepSeek-V3's {deepseek}eh_proj.weight)")
-    draft = MTPDraft(target, hidden_after_norm=True, own_final_norm=own_norm)
+    with skip_random_init():
+        draft = MTPDraft(target, hidden_after_norm=True, own_final_norm=own_norm)
     for name, value in _layer_tensors(weights, src, arch, info.rope_interleaved).items():
         values[f"layer.{name}"] = value
     _fill(draft, values, f"{model_dir} MTP layer")

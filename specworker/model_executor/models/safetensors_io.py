@@ -1,4 +1,4 @@
-"""Reads safetensors files tensor by tensor (memory-mapped), float32 / bfloat16 / float16 in, float32 out.
+"""Reads safetensors files tensor by tensor, float32 / bfloat16 / float16 in, float32 out.
 
 safetensors' numpy reader has no bfloat16, and a full `load_file` holds every tensor at once; this
 reader parses the header itself (8-byte little-endian length, JSON, then the data section), maps the
@@ -69,7 +69,6 @@ class SafetensorsFile:
                 raise ValueError(f"{self.path}: truncated: tensor {name!r} ends at byte {end} of the data section, "
                                  f"which holds {data_size} bytes")
             self._entries[name] = (dtype, shape, begin, end)
-        self._map = None
 
     @property
     def names(self) -> list[str]:
@@ -87,9 +86,12 @@ class SafetensorsFile:
         if dtype not in FLOAT_DTYPES:
             raise ValueError(f"{self.path}: tensor {name!r} has dtype {dtype}; allowed for weights: "
                              + ", ".join(FLOAT_DTYPES))
-        if self._map is None:
-            self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
-        raw = self._map[self._data_start + begin:self._data_start + end].view(_DTYPES[dtype]).reshape(shape)
+        count = (end - begin) // np.dtype(_DTYPES[dtype]).itemsize
+        with open(self.path, "rb") as f:  # a plain read: no mapping keeps the file's pages resident
+            f.seek(self._data_start + begin)
+            raw = np.fromfile(f, dtype=_DTYPES[dtype], count=count).reshape(shape)
+        if raw.size != count:
+            raise ValueError(f"{self.path}: truncated while reading tensor {name!r}")
         if dtype == "BF16":
             return bf16_bits_to_float32(raw)
-        return np.array(raw, dtype=np.float32)
+        return raw if dtype == "F32" else raw.astype(np.float32)
