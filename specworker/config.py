@@ -206,8 +206,10 @@ class SpeculativeConfig:
         lo, hi = self.min_ngram_size, self.max_ngram_size
         if self.method != "ngram":
             why = f"method {self.method!r} does not search n-grams"
-            check(hi == 3, f"{s}.max_ngram_size", hi, "3, the default (or method: ngram)", why)
-            check(lo == 1, f"{s}.min_ngram_size", lo, "1, the default (or method: ngram)", why)
+            for name in ("max_ngram_size", "min_ngram_size"):
+                default = self.__dataclass_fields__[name].default
+                check(getattr(self, name) == default, f"{s}.{name}", getattr(self, name),
+                      f"{default}, the default (or method: ngram)", why)
             return
         check(1 <= lo <= MAX_NGRAM_SIZE, f"{s}.min_ngram_size", lo, f"1..{MAX_NGRAM_SIZE}", "out of range")
         check(lo <= hi <= MAX_NGRAM_SIZE, f"{s}.max_ngram_size", hi, f"min_ngram_size = {lo}..{MAX_NGRAM_SIZE}",
