@@ -1,5 +1,5 @@
 """numpy reference for ngram_match, written from docs/spec.md "ngram_match" as a per-slot loop over
-n (descending) and occurrence starts (most recent first).
+n (descending), each comparing the suffix with every earlier window and taking the last hit.
 
 Composable: the state is a dict holding the op's tensor inputs under its argument names
 (STATE_KEYS); returns a new dict with draft_tokens and seq_lens_this_time replaced (input
@@ -56,10 +56,12 @@ def find_drafts(history: np.ndarray, budget: int, max_ngram_size: int, min_ngram
         if length < n + 1:  # a suffix and an earlier start need n + 1 tokens
             continue
         suffix = history[length - n:]
-        for i in range(length - n - 1, -1, -1):
-            if np.array_equal(history[i:i + n], suffix):
-                start = i + n
-                return history[start:start + min(budget, length - start)]
+        # windows[i] = history[i:i + n] for the starts i = 0 .. length - n - 1 (a token follows each)
+        windows = np.lib.stride_tricks.sliding_window_view(history[:length - 1], n)
+        starts = np.flatnonzero((windows == suffix).all(axis=1))
+        if starts.size:
+            start = int(starts[-1]) + n  # the most recent occurrence
+            return history[start:start + min(budget, length - start)]
     return history[:0]
 
 
