@@ -213,6 +213,18 @@ def test_cli_bench_rejects_non_speculative_config_and_readme_without_markers(tmp
     assert_one_line_error(specworker("bench", "--readme", str(readme)), "README has no bench markers")
 
 
+@pytest.mark.parametrize("name", ["mtp_tiny.yaml", "ngram_tiny.yaml"])
+def test_bench_configs_accept_every_proposer_method(name):
+    """bench compares any proposer method against the same scheduler without one."""
+    from specworker.bench import bench_configs
+    from specworker.config import load_config
+
+    config = load_config(REPO / "configs" / name)
+    baseline, speculative = bench_configs(config, 8)
+    assert speculative.speculative_config == config.speculative_config and speculative.scheduler.max_num_seqs == 8
+    assert baseline.speculative_config.method == "none" and baseline.scheduler == speculative.scheduler
+
+
 def test_cli_run_default_config_is_make_run():
     """`make run` = `specworker run`: SmolLM2-135M (configs/smollm2.yaml) on the packaged prompts."""
     require_smollm2()

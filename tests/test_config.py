@@ -45,6 +45,10 @@ def patched(patch: dict) -> dict:
     return data
 
 
+# Patch turning BASE into a valid ngram config (no draft model).
+NGRAM = {"speculative_config.method": "ngram", "speculative_config.model": DELETE}
+
+
 def write(tmp_path: Path, data) -> Path:
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -93,7 +97,7 @@ BAD_CONFIGS = [
     # bad enum values
     bad("bad_dtype", {"model.dtype": "fp16"}, "model.dtype", "'fp16'", "'float32', 'float16', 'bfloat16'"),
     bad("bad_method", {"speculative_config.method": "eagle"}, "speculative_config.method", "'eagle'",
-        "'none', 'naive', 'mtp'"),
+        "'none', 'naive', 'mtp', 'ngram'"),
     bad("bad_verify_strategy", {"speculative_config.verify_strategy": "top_p"}, "speculative_config.verify_strategy",
         "'top_p'", "'greedy', 'topp', 'target_match', 'rejection'"),
     bad("bad_accept_policy", {"speculative_config.accept_policy": "all"}, "speculative_config.accept_policy", "'all'",
@@ -109,7 +113,7 @@ BAD_CONFIGS = [
     bad("mtp_without_draft_model", {"speculative_config.model": DELETE}, "speculative_config.model", "null",
         "a draft checkpoint path or 'builtin:tiny-mtp'"),
     bad("method_none_with_k", {"speculative_config.method": "none", "speculative_config.model": DELETE},
-        "speculative_config.num_speculative_tokens", "3", "0 (or method: mtp)"),
+        "speculative_config.num_speculative_tokens", "3", "0 (or method: mtp or ngram)"),
     bad("method_naive_with_draft_model", {"speculative_config.method": "naive",
                                           "speculative_config.num_speculative_tokens": DELETE},
         "speculative_config.model", "'builtin:tiny-mtp'", "null (or method: mtp)"),
@@ -130,6 +134,25 @@ BAD_CONFIGS = [
     bad("benchmark_mode_with_accept_all", {"speculative_config.benchmark_mode": True,
                                            "speculative_config.accept_policy": "accept_all"},
         "speculative_config.accept_policy", "'accept_all'", "'normal' or 'reject_all' with benchmark_mode: true"),
+    # method ngram (BASE turned into an ngram config by NGRAM)
+    bad("ngram_min_size_zero", {**NGRAM, "speculative_config.min_ngram_size": 0}, "speculative_config.min_ngram_size",
+        "0", "1..64"),
+    bad("ngram_min_above_max", {**NGRAM, "speculative_config.min_ngram_size": 4}, "speculative_config.max_ngram_size",
+        "3", "min_ngram_size = 4..64"),
+    bad("ngram_max_size_above_64", {**NGRAM, "speculative_config.max_ngram_size": 65},
+        "speculative_config.max_ngram_size", "65", "min_ngram_size = 1..64"),
+    bad("ngram_too_many_tokens", {**NGRAM, "speculative_config.num_speculative_tokens": 6},
+        "speculative_config.num_speculative_tokens", "6", "1..5 with method 'ngram'"),
+    bad("ngram_without_tokens", {**NGRAM, "speculative_config.num_speculative_tokens": 0},
+        "speculative_config.num_speculative_tokens", "0", "1..5 with method 'ngram'"),
+    bad("ngram_with_draft_model", {**NGRAM, "speculative_config.model": "builtin:tiny-mtp"}, "speculative_config.model",
+        "'builtin:tiny-mtp'", "null (or method: mtp)"),
+    bad("ngram_with_model_steps", {**NGRAM, "speculative_config.num_model_steps": 2},
+        "speculative_config.num_model_steps", "2", "1 (or method: mtp)"),
+    bad("ngram_size_with_method_mtp", {"speculative_config.max_ngram_size": 5}, "speculative_config.max_ngram_size",
+        "5", "3, the default (or method: ngram)"),
+    bad("ngram_size_with_method_none", {"speculative_config": {"method": "none", "min_ngram_size": 2}},
+        "speculative_config.min_ngram_size", "2", "1, the default (or method: ngram)"),
     bad("builtin_draft_of_another_target", {"model.path": "some/ckpt"}, "speculative_config.model",
         "'builtin:tiny-mtp'", "a draft of model.path", check_paths=False),
     bad("architecture_set_for_checkpoint", {"model.path": "some/ckpt", "model.hidden_size": 64}, "model.hidden_size",
@@ -200,6 +223,17 @@ def test_shipped_mtp_config_values():
     assert not baseline.speculative_config.enabled and baseline.max_output_token_num == 64
 
 
+def test_ngram_config_defaults_and_values():
+    spec = config_from_dict(patched(NGRAM)).speculative_config
+    assert (spec.method, spec.num_speculative_tokens, spec.max_ngram_size, spec.min_ngram_size) == ("ngram", 3, 3, 1)
+    assert spec.enabled and spec.needs_proposer and spec.model is None and spec.max_draft_token_num == 4
+    sizes = {"speculative_config.max_ngram_size": 5, "speculative_config.min_ngram_size": 5}
+    spec = config_from_dict(patched({**NGRAM, **sizes})).speculative_config
+    assert (spec.max_ngram_size, spec.min_ngram_size) == (5, 5)  # min == max is allowed
+    shipped = load_config(REPO / "configs" / "ngram_tiny.yaml").speculative_config
+    assert (shipped.method, shipped.model, shipped.num_model_steps) == ("ngram", None, 1)
+
+
 def test_config_dataclasses_are_frozen():
     config = WorkerConfig()
     for obj, name, value in [(config, "seed", 1), (config.model, "dtype", "float16"),
@@ -237,8 +271,8 @@ def test_config_relative_path_resolved_against_config_file(tmp_path, monkeypatch
 def test_config_error_is_value_error_with_source():
     with pytest.raises(ValueError, match=r"^my.yaml: scheduler.block_size = 0: "):
         config_from_dict({"scheduler": {"block_size": 0}}, source="my.yaml")
-    with pytest.raises(ConfigError, match=r"^speculative_config.method = 'ngram': "):
-        SpeculativeConfig(method="ngram")
+    with pytest.raises(ConfigError, match=r"^speculative_config.method = 'eagle': "):
+        SpeculativeConfig(method="eagle")
     with pytest.raises(ConfigError, match=r"^scheduler.num_blocks = 1: "):
         SchedulerConfig(num_blocks=1)
 

@@ -182,6 +182,7 @@ def _global(name, dims, dtype, fill, doc, mirror=False) -> BufferSpec:
 TARGET_BUFFERS: tuple[BufferSpec, ...] = (
     # request and sequence state
     _slot("input_ids", (N, S), "int64", NO_TOKEN, "prompt (or prefill chunk) tokens; prefill slots feed [b, :L_b]"),
+    _slot("prompt_ids", (N, S), "int64", NO_TOKEN, "whole prompt (input_ids holds the current chunk); ngram history"),
     _slot("prompt_lens", (N,), "int64", 0, "prompt length P_b", mirror=True),
     _slot("pre_ids", (N, S), "int64", NO_TOKEN, "generated history, pre_ids[b, step_idx[b]] the last; -1 after"),
     _slot("seq_lens_this_time", (N,), "int32", 0, "L_b, tokens fed this step (0: idle)", mirror=True),

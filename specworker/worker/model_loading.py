@@ -24,7 +24,8 @@ class WorkerParts:
 
 def build_model_and_proposer(config: WorkerConfig, place, *, model=None, proposer=None) -> WorkerParts:
     """Loads the target from config.model (unless `model` is given) and builds the proposer the method
-    asks for (NaiveProposer for none / naive, MTPProposer for mtp) unless `proposer` is given."""
+    asks for (NaiveProposer for none / naive, MTPProposer for mtp, NgramProposer for ngram) unless `proposer`
+    is given."""
     from specworker.model_executor.models.checkpoint import load_target
 
     if model is None:
@@ -38,7 +39,11 @@ def build_model_and_proposer(config: WorkerConfig, place, *, model=None, propose
                          f"max_model_len <= {arch.max_position - config.speculative_config.max_draft_token_num}")
     kv_cache = model.new_kv_cache(config.scheduler.num_blocks, config.scheduler.block_size, place)
     if proposer is None:
-        if config.speculative_config.needs_proposer:
+        if config.speculative_config.method == "ngram":
+            from specworker.spec_decode.ngram_proposer import NgramProposer
+
+            proposer = NgramProposer(config.speculative_config)
+        elif config.speculative_config.needs_proposer:
             from specworker.spec_decode.mtp_proposer import MTPProposer
 
             proposer = MTPProposer(config, target=model, place=place)
