@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 
 from specworker.batch_run import DEFAULT_PROMPTS, UserError
-from specworker.config import ConfigError, load_config
+from specworker.config import LOSSY_VERIFY_STRATEGIES, ConfigError, load_config
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,18 @@ def _int_at_least(low: int):
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer; allowed: an integer >= {low}") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"{value}; allowed: an integer >= {low}")
+        return value
+    return parse
+
+
+def _float_at_least(low: float):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number; allowed: a number >= {low}") from None
+        if not value >= low:
+            raise argparse.ArgumentTypeError(f"{value}; allowed: a number >= {low}")
         return value
     return parse
 
@@ -97,14 +109,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as err:
         raise UserError(f"{args.config}: cannot load the tokenizer: {err}") from None
     prompt_ids = encode_prompts(tokenizer, prompts, chat=args.chat)
-    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=args.ignore_eos)
+    params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, ignore_eos=args.ignore_eos,
+                            seed=config.seed if args.temperature > 0 else None)
+    spec = config.speculative_config
+    if args.temperature > 0 and spec.needs_proposer and spec.verify_strategy in LOSSY_VERIFY_STRATEGIES:
+        print(f"{PROG}: note: speculative_config.verify_strategy = {spec.verify_strategy!r} is lossy at temperature "
+              f"{args.temperature}: sampled tokens do not follow the target's distribution (use 'rejection', the "
+              "default, or 'target_match')", file=sys.stderr)
     req_ids = queue_prompts(worker, prompts, params, tokenizer=tokenizer, chat=args.chat)
     with tqdm(total=len(prompts) * args.max_tokens, unit="tok", desc="generating", file=sys.stderr) as bar:
         run = run_queued(worker, prompts, req_ids, on_tokens=bar.update, tokenizer=tokenizer)
         bar.total = bar.n  # requests that stop at eos end early
         bar.refresh()
     mode = "chat" if args.chat else "completion"
-    print(f"# {args.config}: {len(prompts)} prompts ({mode}), greedy, max_tokens {args.max_tokens}")
+    how = "greedy" if args.temperature == 0 else f"temperature {args.temperature} (seed {config.seed})"
+    print(f"# {args.config}: {len(prompts)} prompts ({mode}), {how}, max_tokens {args.max_tokens}")
     for i, (prompt, text, reason) in enumerate(zip(run.prompts, run.texts, run.finish_reasons), 1):
         shown, shown_prompt = text.replace("\n", "\\n"), prompt.replace("\n", "\\n")
         print(f"[{i}] {shown_prompt} >>> {shown}  ({reason.value})")
@@ -197,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--chat", action="store_true", help="send each prompt as a user message through the model's "
                      "chat template")
     run.add_argument("--ignore-eos", action="store_true", help="generate max-tokens tokens, past eos")
+    run.add_argument("--temperature", type=_float_at_least(0.0), default=0.0,
+                     help="0 = greedy (default); > 0 samples, seeded by the config's seed")
     run.set_defaults(func=_cmd_run)
     bench = commands.add_parser("bench", help="speculative vs non-speculative throughput per batch size")
     bench.add_argument("--batch-sizes", type=_batch_sizes, default=(1, 4, 16, 32), help="e.g. 1,4,16,32")

@@ -40,6 +40,7 @@ DEVICES = ("cpu", "gpu")
 METHODS = ("none", "naive", "mtp", "ngram")
 PROPOSER_METHODS = ("mtp", "ngram")  # the methods that draft tokens
 VERIFY_STRATEGIES = ("greedy", "topp", "target_match", "rejection")
+LOSSY_VERIFY_STRATEGIES = ("topp",)  # sampled requests do not keep the target's distribution
 ACCEPT_POLICIES = ("normal", "accept_all", "reject_all")
 MAX_NUM_SPECULATIVE_TOKENS = 5  # FastDeploy's bound on k and on num_model_steps
 MAX_NGRAM_SIZE = 64  # ngram_match's bound on max_ngram_size
@@ -160,7 +161,10 @@ class SpeculativeConfig:
     num_speculative_tokens: int = 0  # k; 1..5 for mtp, 0 otherwise (no FastDeploy default of 1)
     num_model_steps: int = 1  # draft forward passes per engine step
     model: str | None = None  # draft (MTP) weights: checkpoint path or builtin: name
-    verify_strategy: str = "topp"  # FastDeploy's default; greedy, target_match and rejection are lossless
+    # Lossless by default: rejection sampling keeps the target's distribution and accepted more than
+    # target_match on the tiny pair (AL 2.46 vs 2.07 at temperature 0.7, 2.33 vs 1.84 at 1.0, k 2).
+    # FastDeploy's default, topp, is lossy for sampled requests (available, documented as such).
+    verify_strategy: str = "rejection"
     accept_policy: str = "normal"
     max_candidate_len: int = 5  # C of top_p_candidates (topp)
     verify_window: int = 2  # topp bulk-accept fallback window

@@ -266,3 +266,17 @@ def test_cli_chat_on_the_byte_model_is_a_usage_error(tmp_path, tiny_ckpt, prompt
     config = write_config(tmp_path / "c.yaml", "builtin:tiny", method="none")
     assert_one_line_error(specworker("run", "--config", str(config), "--prompts", str(prompts_file), "--chat"),
                           "--chat", "no chat template")
+
+
+def test_cli_run_sampled_with_lossy_topp_says_so(tmp_path, tiny_ckpt, prompts_file):
+    config = write_config(tmp_path / "c.yaml", str(tiny_ckpt))
+    text = config.read_text().replace("verify_strategy: greedy", "verify_strategy: topp")
+    config.write_text(text)
+    result = specworker("run", "--config", str(config), "--prompts", str(prompts_file), "--max-tokens", "3",
+                        "--temperature", "0.8")
+    assert result.returncode == 0, result
+    assert "note: speculative_config.verify_strategy = 'topp' is lossy at temperature 0.8" in result.stderr
+    assert "temperature 0.8 (seed 0), max_tokens 3" in result.stdout
+    quiet = specworker("run", "--config", str(config), "--prompts", str(prompts_file), "--max-tokens", "3")
+    assert quiet.returncode == 0 and "lossy" not in quiet.stderr  # greedy: topp is exact
+    assert_one_line_error(specworker("run", "--temperature", "-1"), "--temperature", "a number >= 0.0")

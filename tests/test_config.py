@@ -280,3 +280,10 @@ def test_config_error_is_value_error_with_source():
 def test_config_module_does_not_import_paddle():
     code = "import sys, specworker.config, specworker.cli; assert 'paddle' not in sys.modules, 'paddle imported'"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
+def test_default_verify_strategy_is_lossless():
+    from specworker.config import LOSSY_VERIFY_STRATEGIES, SpeculativeConfig
+
+    default = SpeculativeConfig().verify_strategy
+    assert default == "rejection" and default not in LOSSY_VERIFY_STRATEGIES
