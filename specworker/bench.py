@@ -54,7 +54,7 @@ def bench_configs(config: WorkerConfig, batch_size: int) -> tuple[WorkerConfig, 
                         "configs/ngram_tiny.yaml)")
     wide = SchedulerConfig(
         max_num_seqs=batch_size, max_model_len=sched.max_model_len, block_size=sched.block_size,
-        num_blocks=max(sched.num_blocks, batch_size * sched.max_blocks_per_seq),
+        num_blocks=max(sched.num_blocks, batch_size * config.max_blocks_per_seq),
         max_num_batched_tokens=max(sched.max_num_batched_tokens, batch_size * spec.max_draft_token_num))
     speculative = dataclasses.replace(config, scheduler=wide)
     return dataclasses.replace(speculative, speculative_config=SpeculativeConfig()), speculative

@@ -132,7 +132,7 @@ class SchedulerConfig:
               self.max_num_batched_tokens, f">= scheduler.max_num_seqs = {self.max_num_seqs}",
               "a full batch of decode slots would not fit in one step")
         check(self.num_blocks * bs >= self.max_model_len, "scheduler.num_blocks", self.num_blocks,
-              f">= ceil(max_model_len / block_size) = {self.max_blocks_per_seq}",
+              f">= ceil(max_model_len / block_size) = {self.blocks_per_full_seq}",
               f"num_blocks * block_size = {self.num_blocks * bs} < max_model_len = {self.max_model_len}")
         check(self.num_blocks * bs <= INT32_MAX, "scheduler.num_blocks", self.num_blocks,
               f"num_blocks * block_size <= {INT32_MAX}", "KV slot ids are int32")
@@ -140,8 +140,9 @@ class SchedulerConfig:
               self.max_model_len, f"max_num_seqs * max_model_len <= {INT32_MAX}", "offsets are int32")
 
     @property
-    def max_blocks_per_seq(self) -> int:
-        """Width of `block_tables`: ceil(max_model_len / block_size)."""
+    def blocks_per_full_seq(self) -> int:
+        """KV blocks of one full-length sequence: ceil(max_model_len / block_size). The block table is wider
+        (WorkerConfig.max_blocks_per_seq: a verify step looks k + 1 positions ahead)."""
         return -(-self.max_model_len // self.block_size)
 
 
@@ -266,6 +267,13 @@ class WorkerConfig:
               f"a draft of model.path {self.model.path!r}", f"this built-in draft shares the weights of {target!r}")
 
     @property
+    def max_blocks_per_seq(self) -> int:
+        """Width of `block_tables`: ceil((max_model_len + k + 1) / block_size), one step's verify / draft
+        lookahead past the last token (docs/spec.md §3.3)."""
+        return -(-(self.scheduler.max_model_len + self.speculative_config.max_draft_token_num)
+                 // self.scheduler.block_size)
+
+    @property
     def max_output_token_num(self) -> int:
         """Capacity of the output side (logit rows per step): max_num_seqs * D."""
         return self.scheduler.max_num_seqs * self.speculative_config.max_draft_token_num
@@ -281,7 +289,7 @@ class WorkerConfig:
             "speculative_config.enabled": spec.enabled,
             "speculative_config.needs_proposer": spec.needs_proposer,
             "speculative_config.max_draft_token_num": spec.max_draft_token_num,
-            "scheduler.max_blocks_per_seq": self.scheduler.max_blocks_per_seq,
+            "max_blocks_per_seq": self.max_blocks_per_seq,
             "max_output_token_num": self.max_output_token_num,
         }
         lines = [yaml.safe_dump(self.to_dict(), sort_keys=False).rstrip(), "# derived (not settable):"]

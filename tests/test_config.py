@@ -217,8 +217,8 @@ def test_builtin_configs_load_with_path_checks(name):
 def test_shipped_mtp_config_values():
     spec = load_config(REPO / "configs" / "mtp.yaml", check_paths=False).speculative_config
     assert (spec.method, spec.num_speculative_tokens, spec.num_model_steps, spec.verify_strategy) == (
-        "mtp", 3, 1, "greedy")
-    assert spec.enabled and spec.needs_proposer and spec.max_draft_token_num == 4
+        "mtp", 2, 2, "greedy")
+    assert spec.enabled and spec.needs_proposer and spec.max_draft_token_num == 3
     baseline = load_config(REPO / "configs" / "baseline.yaml", check_paths=False)
     assert not baseline.speculative_config.enabled and baseline.max_output_token_num == 64
 
@@ -247,7 +247,8 @@ def test_config_dataclasses_are_frozen():
 def test_config_derived_values_are_properties_not_fields():
     config = load_config(REPO / "configs" / "mtp_tiny.yaml")
     assert config.speculative_config.max_draft_token_num == config.speculative_config.num_speculative_tokens + 1
-    assert config.scheduler.max_blocks_per_seq == 16 and config.max_output_token_num == 12  # N 4, D 3
+    assert config.max_blocks_per_seq == 17 and config.max_output_token_num == 12  # ceil((256 + 3) / 16); N 4, D 3
+    assert config.scheduler.blocks_per_full_seq == 16
     flat = {name for section in config.to_dict().values() if isinstance(section, dict) for name in section}
     assert not flat & {"max_draft_token_num", "enabled", "needs_proposer", "max_blocks_per_seq", "head_dim"}
 
