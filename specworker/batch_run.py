@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -14,10 +15,10 @@ from pathlib import Path
 from specworker.config import WorkerConfig
 from specworker.sampling_params import SamplingParams
 from specworker.spec_decode.metrics import SpecDecodeStats
-from specworker.tokenizer import ByteTokenizer
+from specworker.hf_tokenizer import load_tokenizer
 from specworker.worker.request import FinishReason
 
-__all__ = ["DEFAULT_PROMPTS", "BatchRun", "UserError", "load_prompts", "load_worker", "queue_prompts", "run_batch",
+__all__ = ["DEFAULT_PROMPTS", "BatchRun", "UserError", "describe_model", "encode_prompts", "load_prompts", "load_worker", "queue_prompts", "run_batch",
            "run_queued"]
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parent / "data" / "prompts.txt"
@@ -52,17 +53,38 @@ class BatchRun:
 
 
 def load_prompts(path: str | Path) -> list[str]:
-    """One prompt per line (blank lines skipped). Raises UserError naming the file."""
+    """The prompts of a file: one per line (blank lines skipped), or JSON Lines ({"prompt": "..."} a line,
+    prompts may span lines) when the file name ends in .jsonl or its first line is a JSON object.
+    Raises UserError naming the file (and the line)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserError(f"{path}: prompts file not found") from None
     except (OSError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: cannot read prompts file ({type(err).__name__}: {err})") from None
-    prompts = [line for line in text.splitlines() if line.strip()]
+    lines = text.splitlines()
+    first = next((line.strip() for line in lines if line.strip()), "")
+    if str(path).endswith(".jsonl") or first.startswith("{"):
+        prompts = [_jsonl_prompt(path, n, line) for n, line in enumerate(lines, 1) if line.strip()]
+    else:
+        prompts = [line for line in lines if line.strip()]
     if not prompts:
-        raise UserError(f"{path}: no prompts; allowed: one prompt per line (blank lines are skipped)")
+        raise UserError(f"{path}: no prompts; allowed: one prompt per line (blank lines are skipped), or JSON Lines "
+                        'with {"prompt": "..."} a line')
     return prompts
+
+
+def _jsonl_prompt(path, line_no: int, line: str) -> str:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}:{line_no}: not a JSON object ({err.msg}); allowed: "
+                        '{"prompt": "..."} a line') from None
+    prompt = record.get("prompt") if isinstance(record, dict) else None
+    if not isinstance(prompt, str) or not prompt:
+        raise UserError(f"{path}:{line_no}: needs a non-empty string field \"prompt\"; got "
+                        f"{type(record).__name__ if not isinstance(record, dict) else record.get('prompt')!r}")
+    return prompt
 
 
 def load_worker(config: WorkerConfig, *, source: str = "config"):
@@ -81,17 +103,69 @@ def load_worker(config: WorkerConfig, *, source: str = "config"):
         raise UserError(f"{source}: cannot load the model weights: {err}") from None
 
 
-def queue_prompts(worker, prompts: Sequence[str], params: SamplingParams) -> list[str]:
-    """Adds every prompt (BOS + its UTF-8 bytes) to an idle worker; returns the request ids in prompt order.
-    Raises UserError, with nothing left queued, when a prompt cannot run (too long for max_model_len or the
-    KV cache)."""
+def encode_prompts(tokenizer, prompts: Sequence[str], *, chat: bool = False) -> list[list[int]]:
+    """Token ids of each prompt: the tokenizer's encode (the byte tokenizer prepends BOS), or with chat the
+    prompt as one user message through the model's chat template. Raises UserError without a template."""
+    if not chat:
+        return [tokenizer.encode(p) for p in prompts]
+    try:
+        return [tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": p}]),
+                                 add_special_tokens=False) for p in prompts]
+    except ValueError as err:
+        raise UserError(f"--chat: {err}") from None
+
+
+def tokenizer_of(worker):
+    """The tokenizer of the worker's model (load_tokenizer). Raises UserError when it cannot be loaded."""
+    try:
+        return load_tokenizer(worker.config.model.path)
+    except (FileNotFoundError, ValueError) as err:
+        raise UserError(f"cannot load the tokenizer: {err}") from None
+
+
+def describe_model(config: WorkerConfig, *, source: str = "config") -> str:
+    """One line about the target model: architecture, shape, parameters and stored weights. Opens config.json
+    and every weights file's header (not the data). Raises UserError when they cannot be read."""
+    from specworker.model_executor.models.checkpoint import TARGET_FILE, read_arch, target_dir
+    from specworker.model_executor.models.hf_checkpoint import HFWeights
+    from specworker.model_executor.models.hf_config import is_hf_checkpoint, read_hf_config
+    from specworker.model_executor.models.safetensors_io import SafetensorsFile
+
+    model_dir = target_dir(config.model)
+    try:
+        if is_hf_checkpoint(model_dir):
+            info = read_hf_config(model_dir)
+            name, arch = info.architecture, info.arch
+            weights = HFWeights(model_dir)
+            dtypes, files = weights.check_headers(), len(set(weights.files.values()))
+        else:
+            name, arch = f"{config.model.path} (specworker tiny layout)", read_arch(model_dir)
+            f = SafetensorsFile(model_dir / TARGET_FILE)
+            dtypes, files = {}, 1
+            for n in f.names:
+                dtypes[f.dtype(n)] = dtypes.get(f.dtype(n), 0) + 1
+    except (FileNotFoundError, ValueError) as err:
+        raise UserError(f"{source}: cannot read the model: {err}") from None
+    tied = ", tied embeddings" if arch.tie_word_embeddings else ""
+    stored = ", ".join(f"{n} {d}" for d, n in sorted(dtypes.items()))
+    return (f"model: {name}, {arch.num_layers} layers, hidden {arch.hidden_size}, heads {arch.num_heads} / kv "
+            f"{arch.num_kv_heads}, head_dim {arch.head_dim}, intermediate {arch.intermediate_size}, vocab "
+            f"{arch.vocab_size}{tied}; {arch.num_parameters / 1e6:.1f}M parameters; weights: {files} file(s), "
+            f"{stored} tensors")
+
+
+def queue_prompts(worker, prompts: Sequence[str], params: SamplingParams, *, tokenizer=None,
+                  chat: bool = False) -> list[str]:
+    """Adds every prompt (encoded by encode_prompts; tokenizer defaults to the model's) to an idle worker;
+    returns the request ids in prompt order. Raises UserError, with nothing left queued, when a prompt
+    cannot run (too long for max_model_len or the KV cache)."""
     if worker.has_unfinished():
         raise ValueError("queue_prompts: the worker has unfinished requests; allowed: an idle worker")
-    tokenizer = ByteTokenizer()
+    tokenizer = tokenizer or tokenizer_of(worker)
     req_ids = [f"batch{worker.num_steps}-{i}" for i in range(len(prompts))]
-    for i, (req_id, prompt) in enumerate(zip(req_ids, prompts)):
+    for i, (req_id, prompt, ids) in enumerate(zip(req_ids, prompts, encode_prompts(tokenizer, prompts, chat=chat))):
         try:
-            worker.add_request(req_id, tokenizer.encode(prompt), params)
+            worker.add_request(req_id, ids, params)
         except ValueError as err:
             for queued in req_ids[:i]:
                 worker.abort(queued)
@@ -101,7 +175,7 @@ def queue_prompts(worker, prompts: Sequence[str], params: SamplingParams) -> lis
 
 
 def run_queued(worker, prompts: Sequence[str], req_ids: Sequence[str], *,
-               on_tokens: Callable[[int], None] | None = None) -> BatchRun:
+               on_tokens: Callable[[int], None] | None = None, tokenizer=None) -> BatchRun:
     """Steps the worker until every queued request finishes; on_tokens gets each step's number of new
     tokens (progress bars). Counters are read as deltas, so a worker can serve several batches."""
     phases_before, stats_before = dict(worker.phase_seconds), copy.deepcopy(worker.spec_stats)
@@ -116,7 +190,7 @@ def run_queued(worker, prompts: Sequence[str], req_ids: Sequence[str], *,
             on_tokens(sum(len(out.new_token_ids) for out in outs))
     seconds = time.perf_counter() - start
     token_ids = [done[r].output_token_ids for r in req_ids]
-    tokenizer = ByteTokenizer()
+    tokenizer = tokenizer or tokenizer_of(worker)
     return BatchRun(prompts=list(prompts), token_ids=token_ids, texts=[tokenizer.decode(t) for t in token_ids],
                     finish_reasons=[done[r].finish_reason for r in req_ids], seconds=seconds,
                     num_steps=worker.num_steps - steps_before,
@@ -130,7 +204,7 @@ def run_batch(worker, prompts: Sequence[str], params: SamplingParams, *,
 
     Args:
         worker: a Worker with no unfinished request.
-        prompts: the texts; each becomes BOS + its UTF-8 bytes.
+        prompts: the texts, encoded by the model's tokenizer.
         params: sampling parameters shared by every request.
         on_tokens: called after each step with the number of tokens the step generated.
     Raises UserError when a prompt cannot be queued.

@@ -50,10 +50,11 @@ def bench_configs(config: WorkerConfig, batch_size: int) -> tuple[WorkerConfig, 
     sched, spec = config.scheduler, config.speculative_config
     if not spec.needs_proposer:
         raise UserError(f"speculative_config.method = {spec.method!r}: bench compares against speculative "
-                        "decoding; allowed: a config with method: mtp (e.g. configs/mtp_tiny.yaml)")
+                        "decoding; allowed: a config with a proposer, method: mtp or ngram (e.g. configs/mtp_tiny.yaml, "
+                        "configs/ngram_tiny.yaml)")
     wide = SchedulerConfig(
         max_num_seqs=batch_size, max_model_len=sched.max_model_len, block_size=sched.block_size,
-        num_blocks=max(sched.num_blocks, batch_size * sched.max_blocks_per_seq),
+        num_blocks=max(sched.num_blocks, batch_size * config.max_blocks_per_seq),
         max_num_batched_tokens=max(sched.max_num_batched_tokens, batch_size * spec.max_draft_token_num))
     speculative = dataclasses.replace(config, scheduler=wide)
     return dataclasses.replace(speculative, speculative_config=SpeculativeConfig()), speculative
@@ -120,6 +121,7 @@ def run_bench(config: WorkerConfig, prompts: Sequence[str], settings: BenchSetti
     results = [_bench_one(config, prompts, b, settings, on_run) for b in settings.batch_sizes]
     return {
         "config": config_source, "settings": dataclasses.asdict(settings) | {"temperature": 0.0},
+        "method": config.speculative_config.method,
         "num_speculative_tokens": config.speculative_config.num_speculative_tokens,
         "num_model_steps": config.speculative_config.num_model_steps,
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),

@@ -1,4 +1,4 @@
-"""Command line of specworker: `run`, `bench` and `check-config`. The only module that prints.
+"""Command line of specworker: `run`, `bench`, `check-config` and `convert-gguf`. The only module that prints.
 
 User mistakes (bad config, bad arguments, unreadable files, weights that do not load, `device: gpu` on a
 CPU-only Paddle) end in one `specworker: error: ...` line on stderr and exit status 2; a bench whose
@@ -16,12 +16,14 @@ import warnings
 from pathlib import Path
 
 from specworker.batch_run import DEFAULT_PROMPTS, UserError
-from specworker.config import ConfigError, load_config
+from specworker.config import LOSSY_VERIFY_STRATEGIES, ConfigError, load_config
 
 logger = logging.getLogger(__name__)
 
 PROG = "specworker"
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "mtp_tiny.yaml"
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+DEFAULT_CONFIG = CONFIGS / "smollm2.yaml"  # run: the real default model (created by `make run` / `make test`)
+DEFAULT_BENCH_CONFIG = CONFIGS / "mtp_tiny.yaml"  # bench: a speculative config
 EXIT_MISMATCH = 1
 EXIT_USAGE = 2
 
@@ -41,6 +43,18 @@ def _int_at_least(low: int):
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer; allowed: an integer >= {low}") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"{value}; allowed: an integer >= {low}")
+        return value
+    return parse
+
+
+def _float_at_least(low: float):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number; allowed: a number >= {low}") from None
+        if not value >= low:
+            raise argparse.ArgumentTypeError(f"{value}; allowed: a number >= {low}")
         return value
     return parse
 
@@ -83,27 +97,45 @@ def _load(args: argparse.Namespace):
 def _cmd_run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from specworker.batch_run import load_worker, queue_prompts, run_queued
+    from specworker.batch_run import encode_prompts, load_worker, queue_prompts, run_queued
+    from specworker.hf_tokenizer import load_tokenizer
     from specworker.report import run_metrics, run_metrics_table
     from specworker.sampling_params import SamplingParams
 
     config, prompts = _load(args)
     worker = load_worker(config, source=str(args.config))
-    req_ids = queue_prompts(worker, prompts, SamplingParams(temperature=0.0, max_tokens=args.max_tokens))
+    try:
+        tokenizer = load_tokenizer(config.model.path)
+    except (FileNotFoundError, ValueError) as err:
+        raise UserError(f"{args.config}: cannot load the tokenizer: {err}") from None
+    prompt_ids = encode_prompts(tokenizer, prompts, chat=args.chat)
+    params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, ignore_eos=args.ignore_eos,
+                            seed=config.seed if args.temperature > 0 else None)
+    spec = config.speculative_config
+    if args.temperature > 0 and spec.needs_proposer and spec.verify_strategy in LOSSY_VERIFY_STRATEGIES:
+        print(f"{PROG}: note: speculative_config.verify_strategy = {spec.verify_strategy!r} is lossy at temperature "
+              f"{args.temperature}: sampled tokens do not follow the target's distribution (use 'rejection', the "
+              "default, or 'target_match')", file=sys.stderr)
+    req_ids = queue_prompts(worker, prompts, params, tokenizer=tokenizer, chat=args.chat)
     with tqdm(total=len(prompts) * args.max_tokens, unit="tok", desc="generating", file=sys.stderr) as bar:
-        run = run_queued(worker, prompts, req_ids, on_tokens=bar.update)
+        run = run_queued(worker, prompts, req_ids, on_tokens=bar.update, tokenizer=tokenizer)
         bar.total = bar.n  # requests that stop at eos end early
         bar.refresh()
-    print(f"# {args.config}: {len(prompts)} prompts, greedy, max_tokens {args.max_tokens}")
+    mode = "chat" if args.chat else "completion"
+    how = "greedy" if args.temperature == 0 else f"temperature {args.temperature} (seed {config.seed})"
+    print(f"# {args.config}: {len(prompts)} prompts ({mode}), {how}, max_tokens {args.max_tokens}")
     for i, (prompt, text, reason) in enumerate(zip(run.prompts, run.texts, run.finish_reasons), 1):
-        shown = text.replace("\n", "\\n")
-        print(f"[{i}] {prompt} >>> {shown}  ({reason.value})")
+        shown, shown_prompt = text.replace("\n", "\\n"), prompt.replace("\n", "\\n")
+        print(f"[{i}] {shown_prompt} >>> {shown}  ({reason.value})")
     print()
     print(run_metrics_table(run))
     if args.json is not None:
-        data = {"config": str(args.config), "max_tokens": args.max_tokens, "metrics": run_metrics(run),
-                "completions": [{"prompt": p, "text": t, "token_ids": ids, "finish_reason": r.value}
-                                for p, t, ids, r in zip(run.prompts, run.texts, run.token_ids, run.finish_reasons)]}
+        data = {"config": str(args.config), "max_tokens": args.max_tokens, "chat": args.chat,
+                "ignore_eos": args.ignore_eos, "metrics": run_metrics(run),
+                "completions": [{"prompt": p, "prompt_token_ids": pids, "text": t, "token_ids": ids,
+                                 "finish_reason": r.value}
+                                for p, pids, t, ids, r in zip(run.prompts, prompt_ids, run.texts, run.token_ids,
+                                                              run.finish_reasons)]}
         _write(args.json, lambda path: path.write_text(json.dumps(data, indent=1) + "\n"))
         print(f"wrote {args.json}")
     return 0
@@ -153,8 +185,24 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
-    load_config(args.path, check_paths=not args.no_check_paths)
+    from specworker.batch_run import describe_model
+
+    config = load_config(args.path, check_paths=not args.no_check_paths)
+    model = None if args.no_check_paths else describe_model(config, source=str(args.path))  # opens the weights
     print(f"{args.path}: ok")
+    if model is not None:
+        print(model)
+    return 0
+
+
+def _cmd_convert_gguf(args: argparse.Namespace) -> int:
+    from specworker.model_executor.models.gguf_convert import convert_gguf
+
+    try:
+        out = convert_gguf(args.src, args.dst, dtype=args.dtype)
+    except (ValueError, OSError) as err:  # every message names the file (and the field) at fault
+        raise UserError(str(err)) from None
+    print(f"wrote {out} (Hugging Face Llama directory, {args.dtype} weights)")
     return 0
 
 
@@ -165,6 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="generate greedily for a batch of prompts and print metrics")
     run.add_argument("--max-tokens", type=_int_at_least(1), default=64, help="new tokens per prompt at most")
     run.add_argument("--json", type=Path, metavar="OUT", help="also write completions and metrics as JSON")
+    run.add_argument("--chat", action="store_true", help="send each prompt as a user message through the model's "
+                     "chat template")
+    run.add_argument("--ignore-eos", action="store_true", help="generate max-tokens tokens, past eos")
+    run.add_argument("--temperature", type=_float_at_least(0.0), default=0.0,
+                     help="0 = greedy (default); > 0 samples, seeded by the config's seed")
     run.set_defaults(func=_cmd_run)
     bench = commands.add_parser("bench", help="speculative vs non-speculative throughput per batch size")
     bench.add_argument("--batch-sizes", type=_batch_sizes, default=(1, 4, 16, 32), help="e.g. 1,4,16,32")
@@ -174,14 +227,20 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", type=Path, default=Path("build/bench"), help="folder for bench.json, bench.png")
     bench.add_argument("--readme", type=Path, help="also write the table into this README between its markers")
     bench.set_defaults(func=_cmd_bench)
-    for sub in (run, bench):
-        sub.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="YAML config (default: configs/mtp_tiny.yaml)")
-        sub.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help="one prompt per line (default: "
-                         "the packaged prompt set)")
+    for sub, default in ((run, DEFAULT_CONFIG), (bench, DEFAULT_BENCH_CONFIG)):
+        sub.add_argument("--config", type=Path, default=default, help=f"YAML config (default: configs/{default.name})")
+        sub.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help="one prompt per line, or JSON Lines "
+                         '({"prompt": "..."} a line; default: the packaged prompt set)')
     check = commands.add_parser("check-config", help="validate a YAML config")
     check.add_argument("path", type=Path)
     check.add_argument("--no-check-paths", action="store_true", help="do not require checkpoint paths to exist")
     check.set_defaults(func=_cmd_check_config)
+    convert = commands.add_parser("convert-gguf", help="convert a llama.cpp GGUF (llama architecture) into a "
+                                  "Hugging Face model directory")
+    convert.add_argument("src", type=Path, help="the .gguf file")
+    convert.add_argument("dst", type=Path, help="directory to write (an earlier conversion there is replaced)")
+    convert.add_argument("--dtype", default="float32", help="storage dtype of the weights (only float32)")
+    convert.set_defaults(func=_cmd_convert_gguf)
     return parser
 
 

@@ -37,10 +37,13 @@ ARCH_FIELDS = tuple(BUILTIN_TARGETS["builtin:tiny"])
 DTYPES = ("float32", "float16", "bfloat16")
 CPU_DTYPES = ("float32",)  # Paddle's CPU matmul has no float16 / bfloat16 kernel
 DEVICES = ("cpu", "gpu")
-METHODS = ("none", "naive", "mtp")
+METHODS = ("none", "naive", "mtp", "ngram")
+PROPOSER_METHODS = ("mtp", "ngram")  # the methods that draft tokens
 VERIFY_STRATEGIES = ("greedy", "topp", "target_match", "rejection")
+LOSSY_VERIFY_STRATEGIES = ("topp",)  # sampled requests do not keep the target's distribution
 ACCEPT_POLICIES = ("normal", "accept_all", "reject_all")
 MAX_NUM_SPECULATIVE_TOKENS = 5  # FastDeploy's bound on k and on num_model_steps
+MAX_NGRAM_SIZE = 64  # ngram_match's bound on max_ngram_size
 MAX_CANDIDATE_LENS = tuple(range(1, 11)) + tuple(range(20, 101, 10))  # top_p_candidates' supported C
 MAX_BLOCK_SIZE = 1024
 INT32_MAX = 2**31 - 1  # offsets, cu_seqlens and KV slot ids are int32
@@ -129,7 +132,7 @@ class SchedulerConfig:
               self.max_num_batched_tokens, f">= scheduler.max_num_seqs = {self.max_num_seqs}",
               "a full batch of decode slots would not fit in one step")
         check(self.num_blocks * bs >= self.max_model_len, "scheduler.num_blocks", self.num_blocks,
-              f">= ceil(max_model_len / block_size) = {self.max_blocks_per_seq}",
+              f">= ceil(max_model_len / block_size) = {self.blocks_per_full_seq}",
               f"num_blocks * block_size = {self.num_blocks * bs} < max_model_len = {self.max_model_len}")
         check(self.num_blocks * bs <= INT32_MAX, "scheduler.num_blocks", self.num_blocks,
               f"num_blocks * block_size <= {INT32_MAX}", "KV slot ids are int32")
@@ -137,8 +140,9 @@ class SchedulerConfig:
               self.max_model_len, f"max_num_seqs * max_model_len <= {INT32_MAX}", "offsets are int32")
 
     @property
-    def max_blocks_per_seq(self) -> int:
-        """Width of `block_tables`: ceil(max_model_len / block_size)."""
+    def blocks_per_full_seq(self) -> int:
+        """KV blocks of one full-length sequence: ceil(max_model_len / block_size). The block table is wider
+        (WorkerConfig.max_blocks_per_seq: a verify step looks k + 1 positions ahead)."""
         return -(-self.max_model_len // self.block_size)
 
 
@@ -147,8 +151,10 @@ class SpeculativeConfig:
     """FastDeploy's `speculative_config` keys (reference §13).
 
     method `none`: plain decoding. `naive`: the speculative sampler path with no drafts (k = 0).
-    `mtp`: an MTP draft module proposes up to k drafts per step. Without a proposer, k must be 0 and
-    `num_model_steps` / `model` unset; verify settings are then unused.
+    `mtp`: an MTP draft module proposes up to k drafts per step. `ngram`: prompt lookup (ngram_match)
+    proposes up to k tokens that followed the most recent earlier occurrence of the slot's last
+    max_ngram_size .. min_ngram_size tokens; no draft model. Without a proposer, k must be 0 and
+    `num_model_steps` / `model` unset; verify settings are then unused. The n-gram sizes are ngram's only.
     """
 
     SECTION: ClassVar[str] = "speculative_config"
@@ -156,11 +162,16 @@ class SpeculativeConfig:
     num_speculative_tokens: int = 0  # k; 1..5 for mtp, 0 otherwise (no FastDeploy default of 1)
     num_model_steps: int = 1  # draft forward passes per engine step
     model: str | None = None  # draft (MTP) weights: checkpoint path or builtin: name
-    verify_strategy: str = "topp"  # FastDeploy's default; greedy, target_match and rejection are lossless
+    # Lossless by default: rejection sampling keeps the target's distribution and accepted more than
+    # target_match on the tiny pair (AL 2.46 vs 2.07 at temperature 0.7, 2.33 vs 1.84 at 1.0, k 2).
+    # FastDeploy's default, topp, is lossy for sampled requests (available, documented as such).
+    verify_strategy: str = "rejection"
     accept_policy: str = "normal"
     max_candidate_len: int = 5  # C of top_p_candidates (topp)
     verify_window: int = 2  # FastDeploy's topp verify window; no effect (docs/architecture.md, Top-p verification)
     benchmark_mode: bool = False  # reject every draft (acceptance 0), for measuring overhead
+    max_ngram_size: int = 3  # ngram: longest suffix looked up (FastDeploy's default 5)
+    min_ngram_size: int = 1  # ngram: shortest suffix looked up (FastDeploy's default 2)
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -175,14 +186,20 @@ class SpeculativeConfig:
               self.accept_policy, "'normal' or 'reject_all' with benchmark_mode: true",
               "benchmark_mode rejects every draft")
         k, steps = self.num_speculative_tokens, self.num_model_steps
+        self._check_ngram_sizes(s)
         if not self.needs_proposer:
             why = f"method {self.method!r} has no proposer"
-            check(k == 0, f"{s}.num_speculative_tokens", k, "0 (or method: mtp)", why)
+            check(k == 0, f"{s}.num_speculative_tokens", k, "0 (or method: mtp or ngram)", why)
             check(steps == 1, f"{s}.num_model_steps", steps, "1 (or method: mtp)", why)
             check(self.model is None, f"{s}.model", self.model, "null (or method: mtp)", why)
             return
         check(1 <= k <= MAX_NUM_SPECULATIVE_TOKENS, f"{s}.num_speculative_tokens", k,
-              f"1..{MAX_NUM_SPECULATIVE_TOKENS} with method 'mtp'", "out of range")
+              f"1..{MAX_NUM_SPECULATIVE_TOKENS} with method {self.method!r}", "out of range")
+        if self.method == "ngram":
+            why = "method 'ngram' drafts by lookup in the slot's own tokens, without a draft model"
+            check(steps == 1, f"{s}.num_model_steps", steps, "1 (or method: mtp)", why)
+            check(self.model is None, f"{s}.model", self.model, "null (or method: mtp)", why)
+            return
         check(1 <= steps <= k, f"{s}.num_model_steps", steps, f"1..num_speculative_tokens = {k}",
               "each draft step proposes one token into one of the k draft slots")
         check(self.model is not None and self.model != "", f"{s}.model", self.model,
@@ -190,15 +207,28 @@ class SpeculativeConfig:
         check(not self.model.startswith(BUILTIN_PREFIX) or self.model in BUILTIN_DRAFTS, f"{s}.model", self.model,
               "a draft checkpoint path or " + ", ".join(map(repr, BUILTIN_DRAFTS)), "unknown built-in draft model")
 
+    def _check_ngram_sizes(self, s: str) -> None:
+        lo, hi = self.min_ngram_size, self.max_ngram_size
+        if self.method != "ngram":
+            why = f"method {self.method!r} does not search n-grams"
+            for name in ("max_ngram_size", "min_ngram_size"):
+                default = self.__dataclass_fields__[name].default
+                check(getattr(self, name) == default, f"{s}.{name}", getattr(self, name),
+                      f"{default}, the default (or method: ngram)", why)
+            return
+        check(1 <= lo <= MAX_NGRAM_SIZE, f"{s}.min_ngram_size", lo, f"1..{MAX_NGRAM_SIZE}", "out of range")
+        check(lo <= hi <= MAX_NGRAM_SIZE, f"{s}.max_ngram_size", hi, f"min_ngram_size = {lo}..{MAX_NGRAM_SIZE}",
+              "out of range")
+
     @property
     def enabled(self) -> bool:
-        """The speculative path (sampler, output-side indices) runs: method naive or mtp (FastDeploy's meaning)."""
+        """The speculative path (sampler, output-side indices) runs: method naive, mtp or ngram (FastDeploy)."""
         return self.method != "none"
 
     @property
     def needs_proposer(self) -> bool:
-        """A draft model proposes tokens (method mtp)."""
-        return self.method == "mtp"
+        """A proposer drafts tokens (method mtp: a draft model; ngram: lookup in the slot's history)."""
+        return self.method in PROPOSER_METHODS
 
     @property
     def max_draft_token_num(self) -> int:
@@ -237,6 +267,13 @@ class WorkerConfig:
               f"a draft of model.path {self.model.path!r}", f"this built-in draft shares the weights of {target!r}")
 
     @property
+    def max_blocks_per_seq(self) -> int:
+        """Width of `block_tables`: ceil((max_model_len + k + 1) / block_size), one step's verify / draft
+        lookahead past the last token (docs/spec.md §3.3)."""
+        return -(-(self.scheduler.max_model_len + self.speculative_config.max_draft_token_num)
+                 // self.scheduler.block_size)
+
+    @property
     def max_output_token_num(self) -> int:
         """Capacity of the output side (logit rows per step): max_num_seqs * D."""
         return self.scheduler.max_num_seqs * self.speculative_config.max_draft_token_num
@@ -252,7 +289,7 @@ class WorkerConfig:
             "speculative_config.enabled": spec.enabled,
             "speculative_config.needs_proposer": spec.needs_proposer,
             "speculative_config.max_draft_token_num": spec.max_draft_token_num,
-            "scheduler.max_blocks_per_seq": self.scheduler.max_blocks_per_seq,
+            "max_blocks_per_seq": self.max_blocks_per_seq,
             "max_output_token_num": self.max_output_token_num,
         }
         lines = [yaml.safe_dump(self.to_dict(), sort_keys=False).rstrip(), "# derived (not settable):"]

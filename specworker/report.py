@@ -17,6 +17,13 @@ PHASE_LABELS = {"pre_process": "pre_process", "target_forward": "target forward"
                 "sampling_verify": "sampling/verify", "proposer": "proposer", "update": "update"}
 README_BEGIN = "<!-- bench-table:begin (written by `make bench`) -->"
 README_END = "<!-- bench-table:end -->"
+METHOD_LABELS = {"mtp": "MTP", "ngram": "ngram"}  # speculative_config.method -> how tables and plots name it
+
+
+def _method_label(bench: dict) -> str:
+    """bench.json files written before "method" was recorded are MTP runs."""
+    method = bench.get("method", "mtp")
+    return METHOD_LABELS.get(method, method)
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> str:
@@ -88,8 +95,9 @@ def bench_table(bench: dict) -> str:
                      " / ".join(_mid(p, ".2f") if d["max"] > 0 else "-"
                                 for p, d in zip(spec["acceptance_per_position"], spec["drafted_per_position"])),
                      f"{_mid(base['num_steps'], '.0f')} / {_mid(spec['num_steps'], '.0f')}"))
-    header = ("batch", "baseline tok/s", "MTP tok/s", "speedup (min-max)", "AL", "accept per position",
-              "steps base / MTP")
+    label = _method_label(bench)
+    header = ("batch", "baseline tok/s", f"{label} tok/s", "speedup (min-max)", "AL", "accept per position",
+              f"steps base / {label}")
     return format_table(header, rows)
 
 
@@ -118,8 +126,10 @@ def plot_bench(bench: dict, path: str | Path) -> None:
         ax.grid(alpha=0.3)
     ax1.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     k, steps = bench["num_speculative_tokens"], bench["num_model_steps"]
-    ax2.set_ylim(1.0, min(k, steps) + 1.05)  # the possible range: 1 .. drafts per step + 1
-    fig.suptitle(f"specworker MTP (k={k}, num_model_steps={steps}), greedy, {bench['machine']['device']}: "
+    ngram = bench.get("method") == "ngram"  # drafts up to k per step; MTP drafts num_model_steps
+    ax2.set_ylim(1.0, (k if ngram else min(k, steps)) + 1.05)  # the possible range: 1 .. drafts per step + 1
+    shape = f"k={k}" if ngram else f"k={k}, num_model_steps={steps}"
+    fig.suptitle(f"specworker {_method_label(bench)} ({shape}), greedy, {bench['machine']['device']}: "
                  f"{bench['config']}", fontsize=9)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -23,6 +23,11 @@ class ByteTokenizer:
     bos_token_id = BOS_TOKEN_ID
     eos_token_id = EOS_TOKEN_ID
     pad_token_id = PAD_TOKEN_ID
+    chat_template = None  # the byte-level models are plain completion models
+
+    def apply_chat_template(self, messages, *, add_generation_prompt: bool = True) -> str:
+        raise ValueError("the built-in byte-level models have no chat template; allowed: plain prompts, or a "
+                         "checkpoint whose tokenizer_config.json has a chat_template")
 
     def encode(self, text: str, *, add_bos: bool = True) -> list[int]:
         """text -> [BOS] + its UTF-8 bytes. Raises TypeError for a non-str."""

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.smollm2 import require_smollm2
+
 REPO = Path(__file__).resolve().parent.parent
 BUILTIN_WEIGHTS = REPO / "specworker" / "model_executor" / "models" / "weights" / "tiny" / "model.safetensors"
 
@@ -68,7 +70,9 @@ def prompts_file(tmp_path) -> Path:
 
 def test_cli_check_config_ok():
     result = specworker("check-config", "configs/baseline_tiny.yaml")
-    assert result.returncode == 0 and result.stdout.strip() == "configs/baseline_tiny.yaml: ok", result
+    lines = result.stdout.splitlines()
+    assert result.returncode == 0 and lines[0] == "configs/baseline_tiny.yaml: ok", result
+    assert lines[1].startswith("model: builtin:tiny") and "4 layers, hidden 192" in lines[1] and "1.7M parameters" in lines[1]
 
 
 def test_cli_run_missing_config():
@@ -209,9 +213,70 @@ def test_cli_bench_rejects_non_speculative_config_and_readme_without_markers(tmp
     assert_one_line_error(specworker("bench", "--readme", str(readme)), "README has no bench markers")
 
 
-@pytest.mark.skipif(not BUILTIN_WEIGHTS.exists(), reason="builtin:tiny weights are not in this checkout")
+@pytest.mark.parametrize("name", ["mtp_tiny.yaml", "ngram_tiny.yaml"])
+def test_bench_configs_accept_every_proposer_method(name):
+    """bench compares any proposer method against the same scheduler without one."""
+    from specworker.bench import bench_configs
+    from specworker.config import load_config
+
+    config = load_config(REPO / "configs" / name)
+    baseline, speculative = bench_configs(config, 8)
+    assert speculative.speculative_config == config.speculative_config and speculative.scheduler.max_num_seqs == 8
+    assert baseline.speculative_config.method == "none" and baseline.scheduler == speculative.scheduler
+
+
 def test_cli_run_default_config_is_make_run():
+    """`make run` = `specworker run`: SmolLM2-135M (configs/smollm2.yaml) on the packaged prompts."""
+    require_smollm2()
     result = specworker("run", "--max-tokens", "4")
     assert result.returncode == 0 and "Traceback" not in result.stderr, result
-    assert result.stdout.startswith("# configs/mtp_tiny.yaml: 16 prompts, greedy, max_tokens 4")
-    assert "[16] " in result.stdout and "| mean acceptance length " in result.stdout
+    assert result.stdout.startswith("# configs/smollm2.yaml: 16 prompts (completion), greedy, max_tokens 4")
+    assert "[16] " in result.stdout and "| tokens/s " in result.stdout
+
+
+def test_cli_prompts_jsonl_and_json_fields(tmp_path, tiny_ckpt):
+    config = write_config(tmp_path / "c.yaml", str(tiny_ckpt))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "two\nlines"}) + "\n\n" + json.dumps({"prompt": "second"}) + "\n")
+    out = tmp_path / "run.json"
+    result = specworker("run", "--config", str(config), "--prompts", str(prompts), "--max-tokens", "5",
+                        "--ignore-eos", "--json", str(out))
+    assert result.returncode == 0, result
+    assert "[1] two\\nlines >>> " in result.stdout
+    data = json.loads(out.read_text())
+    assert data["ignore_eos"] is True and data["chat"] is False
+    first = data["completions"][0]
+    assert set(first) == {"prompt", "prompt_token_ids", "text", "token_ids", "finish_reason"}
+    assert first["prompt"] == "two\nlines" and first["prompt_token_ids"][0] == 256  # BOS + bytes
+    assert [len(c["token_ids"]) for c in data["completions"]] == [5, 5] and first["finish_reason"] == "length"
+
+
+def test_cli_prompts_jsonl_errors(tmp_path):
+    cases = [('{"prompt": "ok"}\nnot json\n', ":2: not a JSON object"),
+             ('{"text": "no prompt field"}\n', ':1: needs a non-empty string field "prompt"'),
+             ('{"prompt": ""}\n', ':1: needs a non-empty string field "prompt"')]
+    for i, (text, why) in enumerate(cases):
+        path = tmp_path / f"bad{i}.jsonl"
+        path.write_text(text)
+        assert_one_line_error(specworker("run", "--config", "configs/baseline_tiny.yaml", "--prompts", str(path)),
+                              str(path), why)
+
+
+def test_cli_chat_on_the_byte_model_is_a_usage_error(tmp_path, tiny_ckpt, prompts_file):
+    config = write_config(tmp_path / "c.yaml", "builtin:tiny", method="none")
+    assert_one_line_error(specworker("run", "--config", str(config), "--prompts", str(prompts_file), "--chat"),
+                          "--chat", "no chat template")
+
+
+def test_cli_run_sampled_with_lossy_topp_says_so(tmp_path, tiny_ckpt, prompts_file):
+    config = write_config(tmp_path / "c.yaml", str(tiny_ckpt))
+    text = config.read_text().replace("verify_strategy: greedy", "verify_strategy: topp")
+    config.write_text(text)
+    result = specworker("run", "--config", str(config), "--prompts", str(prompts_file), "--max-tokens", "3",
+                        "--temperature", "0.8")
+    assert result.returncode == 0, result
+    assert "note: speculative_config.verify_strategy = 'topp' is lossy at temperature 0.8" in result.stderr
+    assert "temperature 0.8 (seed 0), max_tokens 3" in result.stdout
+    quiet = specworker("run", "--config", str(config), "--prompts", str(prompts_file), "--max-tokens", "3")
+    assert quiet.returncode == 0 and "lossy" not in quiet.stderr  # greedy: topp is exact
+    assert_one_line_error(specworker("run", "--temperature", "-1"), "--temperature", "a number >= 0.0")

@@ -45,6 +45,10 @@ def patched(patch: dict) -> dict:
     return data
 
 
+# Patch turning BASE into a valid ngram config (no draft model).
+NGRAM = {"speculative_config.method": "ngram", "speculative_config.model": DELETE}
+
+
 def write(tmp_path: Path, data) -> Path:
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -93,7 +97,7 @@ BAD_CONFIGS = [
     # bad enum values
     bad("bad_dtype", {"model.dtype": "fp16"}, "model.dtype", "'fp16'", "'float32', 'float16', 'bfloat16'"),
     bad("bad_method", {"speculative_config.method": "eagle"}, "speculative_config.method", "'eagle'",
-        "'none', 'naive', 'mtp'"),
+        "'none', 'naive', 'mtp', 'ngram'"),
     bad("bad_verify_strategy", {"speculative_config.verify_strategy": "top_p"}, "speculative_config.verify_strategy",
         "'top_p'", "'greedy', 'topp', 'target_match', 'rejection'"),
     bad("bad_accept_policy", {"speculative_config.accept_policy": "all"}, "speculative_config.accept_policy", "'all'",
@@ -109,7 +113,7 @@ BAD_CONFIGS = [
     bad("mtp_without_draft_model", {"speculative_config.model": DELETE}, "speculative_config.model", "null",
         "a draft checkpoint path or 'builtin:tiny-mtp'"),
     bad("method_none_with_k", {"speculative_config.method": "none", "speculative_config.model": DELETE},
-        "speculative_config.num_speculative_tokens", "3", "0 (or method: mtp)"),
+        "speculative_config.num_speculative_tokens", "3", "0 (or method: mtp or ngram)"),
     bad("method_naive_with_draft_model", {"speculative_config.method": "naive",
                                           "speculative_config.num_speculative_tokens": DELETE},
         "speculative_config.model", "'builtin:tiny-mtp'", "null (or method: mtp)"),
@@ -130,6 +134,25 @@ BAD_CONFIGS = [
     bad("benchmark_mode_with_accept_all", {"speculative_config.benchmark_mode": True,
                                            "speculative_config.accept_policy": "accept_all"},
         "speculative_config.accept_policy", "'accept_all'", "'normal' or 'reject_all' with benchmark_mode: true"),
+    # method ngram (BASE turned into an ngram config by NGRAM)
+    bad("ngram_min_size_zero", {**NGRAM, "speculative_config.min_ngram_size": 0}, "speculative_config.min_ngram_size",
+        "0", "1..64"),
+    bad("ngram_min_above_max", {**NGRAM, "speculative_config.min_ngram_size": 4}, "speculative_config.max_ngram_size",
+        "3", "min_ngram_size = 4..64"),
+    bad("ngram_max_size_above_64", {**NGRAM, "speculative_config.max_ngram_size": 65},
+        "speculative_config.max_ngram_size", "65", "min_ngram_size = 1..64"),
+    bad("ngram_too_many_tokens", {**NGRAM, "speculative_config.num_speculative_tokens": 6},
+        "speculative_config.num_speculative_tokens", "6", "1..5 with method 'ngram'"),
+    bad("ngram_without_tokens", {**NGRAM, "speculative_config.num_speculative_tokens": 0},
+        "speculative_config.num_speculative_tokens", "0", "1..5 with method 'ngram'"),
+    bad("ngram_with_draft_model", {**NGRAM, "speculative_config.model": "builtin:tiny-mtp"}, "speculative_config.model",
+        "'builtin:tiny-mtp'", "null (or method: mtp)"),
+    bad("ngram_with_model_steps", {**NGRAM, "speculative_config.num_model_steps": 2},
+        "speculative_config.num_model_steps", "2", "1 (or method: mtp)"),
+    bad("ngram_size_with_method_mtp", {"speculative_config.max_ngram_size": 5}, "speculative_config.max_ngram_size",
+        "5", "3, the default (or method: ngram)"),
+    bad("ngram_size_with_method_none", {"speculative_config": {"method": "none", "min_ngram_size": 2}},
+        "speculative_config.min_ngram_size", "2", "1, the default (or method: ngram)"),
     bad("builtin_draft_of_another_target", {"model.path": "some/ckpt"}, "speculative_config.model",
         "'builtin:tiny-mtp'", "a draft of model.path", check_paths=False),
     bad("architecture_set_for_checkpoint", {"model.path": "some/ckpt", "model.hidden_size": 64}, "model.hidden_size",
@@ -194,10 +217,21 @@ def test_builtin_configs_load_with_path_checks(name):
 def test_shipped_mtp_config_values():
     spec = load_config(REPO / "configs" / "mtp.yaml", check_paths=False).speculative_config
     assert (spec.method, spec.num_speculative_tokens, spec.num_model_steps, spec.verify_strategy) == (
-        "mtp", 3, 1, "greedy")
-    assert spec.enabled and spec.needs_proposer and spec.max_draft_token_num == 4
+        "mtp", 2, 2, "greedy")
+    assert spec.enabled and spec.needs_proposer and spec.max_draft_token_num == 3
     baseline = load_config(REPO / "configs" / "baseline.yaml", check_paths=False)
     assert not baseline.speculative_config.enabled and baseline.max_output_token_num == 64
+
+
+def test_ngram_config_defaults_and_values():
+    spec = config_from_dict(patched(NGRAM)).speculative_config
+    assert (spec.method, spec.num_speculative_tokens, spec.max_ngram_size, spec.min_ngram_size) == ("ngram", 3, 3, 1)
+    assert spec.enabled and spec.needs_proposer and spec.model is None and spec.max_draft_token_num == 4
+    sizes = {"speculative_config.max_ngram_size": 5, "speculative_config.min_ngram_size": 5}
+    spec = config_from_dict(patched({**NGRAM, **sizes})).speculative_config
+    assert (spec.max_ngram_size, spec.min_ngram_size) == (5, 5)  # min == max is allowed
+    shipped = load_config(REPO / "configs" / "ngram_tiny.yaml").speculative_config
+    assert (shipped.method, shipped.model, shipped.num_model_steps) == ("ngram", None, 1)
 
 
 def test_config_dataclasses_are_frozen():
@@ -213,7 +247,8 @@ def test_config_dataclasses_are_frozen():
 def test_config_derived_values_are_properties_not_fields():
     config = load_config(REPO / "configs" / "mtp_tiny.yaml")
     assert config.speculative_config.max_draft_token_num == config.speculative_config.num_speculative_tokens + 1
-    assert config.scheduler.max_blocks_per_seq == 16 and config.max_output_token_num == 12  # N 4, D 3
+    assert config.max_blocks_per_seq == 17 and config.max_output_token_num == 12  # ceil((256 + 3) / 16); N 4, D 3
+    assert config.scheduler.blocks_per_full_seq == 16
     flat = {name for section in config.to_dict().values() if isinstance(section, dict) for name in section}
     assert not flat & {"max_draft_token_num", "enabled", "needs_proposer", "max_blocks_per_seq", "head_dim"}
 
@@ -237,8 +272,8 @@ def test_config_relative_path_resolved_against_config_file(tmp_path, monkeypatch
 def test_config_error_is_value_error_with_source():
     with pytest.raises(ValueError, match=r"^my.yaml: scheduler.block_size = 0: "):
         config_from_dict({"scheduler": {"block_size": 0}}, source="my.yaml")
-    with pytest.raises(ConfigError, match=r"^speculative_config.method = 'ngram': "):
-        SpeculativeConfig(method="ngram")
+    with pytest.raises(ConfigError, match=r"^speculative_config.method = 'eagle': "):
+        SpeculativeConfig(method="eagle")
     with pytest.raises(ConfigError, match=r"^scheduler.num_blocks = 1: "):
         SchedulerConfig(num_blocks=1)
 
@@ -246,3 +281,10 @@ def test_config_error_is_value_error_with_source():
 def test_config_module_does_not_import_paddle():
     code = "import sys, specworker.config, specworker.cli; assert 'paddle' not in sys.modules, 'paddle imported'"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
+def test_default_verify_strategy_is_lossless():
+    from specworker.config import LOSSY_VERIFY_STRATEGIES, SpeculativeConfig
+
+    default = SpeculativeConfig().verify_strategy
+    assert default == "rejection" and default not in LOSSY_VERIFY_STRATEGIES

@@ -49,6 +49,19 @@ def test_bench_table_one_row_per_batch_size():
                                                               "0.80 / -", "18 / 10"]
 
 
+@pytest.mark.parametrize("method, label", [(None, "MTP"), ("mtp", "MTP"), ("ngram", "ngram")])
+def test_bench_table_names_the_method(method, label):
+    """bench.json records the method; files from before that are MTP runs."""
+    spec = {"tokens_per_s": fig(30.0), "mean_acceptance_length": fig(1.8), "num_steps": fig(10),
+            "acceptance_per_position": [fig(0.8)], "drafted_per_position": [fig(9)]}
+    bench = {"results": [{"batch_size": 1, "speedup": fig(1.5), "baseline": {"tokens_per_s": fig(20.0),
+                                                                         "num_steps": fig(18)}, "speculative": spec}]}
+    if method is not None:
+        bench["method"] = method
+    header = [c.strip() for c in bench_table(bench).splitlines()[0].strip("|").split("|")]
+    assert header[2] == f"{label} tok/s" and header[-1] == f"steps base / {label}"
+
+
 def test_splice_readme_replaces_between_markers_only():
     readme = f"head\n{README_BEGIN}\nold\n{README_END}\ntail\n"
     assert splice_readme(readme, "TABLE", "note") == f"head\n{README_BEGIN}\nnote\n\nTABLE\n{README_END}\ntail\n"

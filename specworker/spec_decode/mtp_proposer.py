@@ -116,8 +116,8 @@ class MTPProposer(Proposer):
                 step_buffers=d)
             if substep > 0:  # later substeps continue from the draft's own last hidden row of each slot
                 prev_hidden = paddle.gather(d["last_hidden"], paddle.clip(dmeta.batch_id_per_token, min=0))
-            hidden = self.draft.forward(dmeta.ids_remove_padding, prev_hidden[:token_num], dmeta, self.kv_cache,
-                                        t["block_tables"])
+            prev = self.draft.prepare_hidden(prev_hidden[:token_num], from_target=substep == 0)
+            hidden = self.draft.forward(dmeta.ids_remove_padding, prev, dmeta, self.kv_cache, t["block_tables"])
             # Only each slot's last row drafts (the row draft_model_update reads): gather those [N, H] rows
             # straight from the packed hidden states instead of every output row. Idle slots gather a
             # neighbour's row; draft_model_update ignores stopped slots.

@@ -29,7 +29,7 @@ DIM_NAMES = (
     "max_model_len",  # S
     "num_speculative_tokens",  # k
     "max_draft_token_num",  # D = k + 1 (FastDeploy's attribute of this name is k; ours counts slot 0 too)
-    "max_blocks_per_seq",  # ceil(S / block_size), width of block_tables
+    "max_blocks_per_seq",  # ceil((S + k + 1) / block_size), width of block_tables (WorkerConfig.max_blocks_per_seq)
     "max_bad_words",  # W = MAX_BAD_WORDS
     "max_stop_tokens",  # E = MAX_STOP_TOKENS
     "max_num_batched_tokens",  # capacity of the packed input side (token_num_cpu)
@@ -138,7 +138,7 @@ def buffer_dims(config: WorkerConfig, *, hidden_size: int | None = None, vocab_s
         "max_draft_token_num": spec.max_draft_token_num,
         # Block table width covers max_model_len plus the verify / draft lookahead of one step: a
         # running slot writes K/V up to k positions past its last token (rejected drafts included).
-        "max_blocks_per_seq": -(-(sched.max_model_len + spec.max_draft_token_num) // sched.block_size),
+        "max_blocks_per_seq": config.max_blocks_per_seq,
         "max_bad_words": MAX_BAD_WORDS,
         "max_stop_tokens": MAX_STOP_TOKENS,
         "max_num_batched_tokens": sched.max_num_batched_tokens,
@@ -182,6 +182,7 @@ def _global(name, dims, dtype, fill, doc, mirror=False) -> BufferSpec:
 TARGET_BUFFERS: tuple[BufferSpec, ...] = (
     # request and sequence state
     _slot("input_ids", (N, S), "int64", NO_TOKEN, "prompt (or prefill chunk) tokens; prefill slots feed [b, :L_b]"),
+    _slot("prompt_ids", (N, S), "int64", NO_TOKEN, "whole prompt (input_ids holds the current chunk); ngram history"),
     _slot("prompt_lens", (N,), "int64", 0, "prompt length P_b", mirror=True),
     _slot("pre_ids", (N, S), "int64", NO_TOKEN, "generated history, pre_ids[b, step_idx[b]] the last; -1 after"),
     _slot("seq_lens_this_time", (N,), "int32", 0, "L_b, tokens fed this step (0: idle)", mirror=True),

@@ -190,7 +190,8 @@ class InputBatch:
             "presence_score": float(request.presence_penalty), "infer_seed": seed,
             "bad_tokens_len": len(request.bad_words_token_ids), "enable_thinking": request.enable_thinking,
         }
-        prefixes = {"input_ids": request.prompt_token_ids, "bad_tokens": request.bad_words_token_ids,
+        prefixes = {"input_ids": request.prompt_token_ids, "prompt_ids": request.prompt_token_ids,
+                    "bad_tokens": request.bad_words_token_ids,
                     "block_tables": request.block_ids}
         self._reset_row(slot)
         for name, value in scalars.items():

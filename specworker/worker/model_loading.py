@@ -24,20 +24,35 @@ class WorkerParts:
 
 def build_model_and_proposer(config: WorkerConfig, place, *, model=None, proposer=None) -> WorkerParts:
     """Loads the target from config.model (unless `model` is given) and builds the proposer the method
-    asks for (NaiveProposer for none / naive, MTPProposer for mtp) unless `proposer` is given."""
+    asks for (NaiveProposer for none / naive, MTPProposer for mtp, NgramProposer for ngram) unless `proposer`
+    is given."""
     from specworker.model_executor.models.checkpoint import load_target
 
     if model is None:
         model = load_target(config.model, place)
     arch = model.arch
+    need = config.scheduler.max_model_len + config.speculative_config.max_draft_token_num
+    if need > arch.max_position:
+        raise ValueError(f"scheduler.max_model_len = {config.scheduler.max_model_len}: with the verify lookahead "
+                         f"({config.speculative_config.max_draft_token_num}) positions reach {need}, past the model's "
+                         f"{arch.max_position} rotary positions (max_position_embeddings); allowed: "
+                         f"max_model_len <= {arch.max_position - config.speculative_config.max_draft_token_num}")
     kv_cache = model.new_kv_cache(config.scheduler.num_blocks, config.scheduler.block_size, place)
     if proposer is None:
-        if config.speculative_config.needs_proposer:
+        if config.speculative_config.method == "ngram":
+            from specworker.spec_decode.ngram_proposer import NgramProposer
+
+            proposer = NgramProposer(config.speculative_config)
+        elif config.speculative_config.needs_proposer:
             from specworker.spec_decode.mtp_proposer import MTPProposer
 
             proposer = MTPProposer(config, target=model, place=place)
         else:
             proposer = NaiveProposer()
-    eos = list(getattr(model, "eos_token_ids", None) or [EOS_TOKEN_ID])
+    eos = getattr(model, "eos_token_ids", None)  # a checkpoint's generation_config.json, else the byte eos
+    if eos is not None and not eos:
+        raise ValueError(f"{config.model.path}: no eos_token_id in generation_config.json or config.json; "
+                         "allowed: a checkpoint that names its end-of-sequence token(s)")
+    eos = list(eos or [EOS_TOKEN_ID])
     return WorkerParts(model=model, kv_cache=kv_cache, proposer=proposer, vocab_size=arch.vocab_size,
                        eos_token_ids=eos)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import paddle
 
-from specworker.config import WorkerConfig
+from specworker.config import LOSSY_VERIFY_STRATEGIES, WorkerConfig
 from specworker.model_executor.layers.sampler import GREEDY_TEMPERATURE
 from specworker.sampling_params import SamplingParams
 from specworker.spec_decode.metrics import SpecDecodeStats
@@ -64,6 +64,7 @@ class Worker:
         self.spec_stats = SpecDecodeStats(self.k) if self.k else None  # every finished or running request
         self.requests: dict[str, RequestState] = {}
         self._arrivals = 0
+        self._warned_lossy = False  # one warning per worker (_warn_if_lossy)
         self.num_steps = 0
         self.phase_seconds = dict.fromkeys(STEP_PHASES, 0.0)  # host wall time per step phase, summed
 
@@ -91,9 +92,20 @@ class Worker:
                              f"tokens need {need} KV blocks; allowed: at most scheduler.num_blocks = "
                              f"{self.blocks.num_blocks}")
         params.to_slot_request(request_id, prompt)  # the slot's own checks (vocab-free), before queuing
+        self._warn_if_lossy(params)
         self._arrivals += 1
         self.requests[request_id] = req
         self.scheduler.add(req)
+
+    def _warn_if_lossy(self, params: SamplingParams) -> None:
+        """Logs once per worker when a sampled request meets a lossy verify strategy (topp)."""
+        spec = self.config.speculative_config
+        if (spec.needs_proposer and spec.verify_strategy in LOSSY_VERIFY_STRATEGIES
+                and params.temperature >= GREEDY_TEMPERATURE and not self._warned_lossy):
+            self._warned_lossy = True
+            logger.warning("speculative_config.verify_strategy = %r is lossy for sampled requests (temperature "
+                           "%s): their tokens do not follow the target's distribution; 'rejection' (the default) "
+                           "and 'target_match' are lossless", spec.verify_strategy, params.temperature)
 
     def _check_prompt(self, request_id: str, prompt_token_ids, params: SamplingParams) -> list[int]:
         where = f"add_request({request_id!r})"

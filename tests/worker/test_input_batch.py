@@ -330,6 +330,7 @@ def test_input_batch_insert_writes_request_fields():
     batch.insert(2, req)
     row = {key: t.numpy()[2] for key, t in batch.share_inputs.items() if list(t.shape)[:1] == [batch.num_slots]}
     np.testing.assert_array_equal(row["input_ids"][:6], [10, 11, 12, 13, -1, -1])
+    np.testing.assert_array_equal(row["prompt_ids"][:6], [10, 11, 12, 13, -1, -1])
     np.testing.assert_array_equal(row["bad_tokens"][:3], [5, 6, -1])
     np.testing.assert_array_equal(row["block_tables"], [3, 9, -1, -1])
     written = {"prompt_lens": 4, "seq_lens_this_time": 4, "seq_lens_encoder": 4, "seq_lens_decoder": 0,

@@ -10,7 +10,8 @@ from specworker.worker.worker import Worker
 from tests.sync_guard import HostReadError, allow_host_reads, forbid_host_reads
 from tests.worker.worker_harness import make_config, random_requests
 
-CONFIGS = {"none": dict(), "mtp_k2": dict(method="mtp", k=2, steps=2), "mtp_k3_steps1": dict(method="mtp", k=3)}
+CONFIGS = {"none": dict(), "mtp_k2": dict(method="mtp", k=2, steps=2), "mtp_k3_steps1": dict(method="mtp", k=3),
+           "ngram_k3": dict(method="ngram", k=3)}
 
 
 def _worker(name):

@@ -6,6 +6,7 @@ shared by the target and the MTP draft. Two paths over the same weights (stored 
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import paddle
@@ -20,83 +21,140 @@ from specworker.model_executor.layers.rotary import apply_rotary
 INIT_STD = 0.02
 
 
+_SKIP_INIT = [False]
+
+
+@contextlib.contextmanager
+def skip_random_init():
+    """Within: make_weight allocates zero-filled parameters instead of drawing normal(0, std) (a loader
+    overwrites them; the random draw costs ~20 s for a 135M-parameter model on CPU)."""
+    _SKIP_INIT.append(True)
+    try:
+        yield
+    finally:
+        _SKIP_INIT.pop()
+
+
 def make_weight(layer: paddle.nn.Layer, shape: list[int], std: float = INIT_STD) -> paddle.Tensor:
     """A float32 parameter of `shape`, normal(0, std) initialised (the training script's init)."""
-    return layer.create_parameter(shape, dtype="float32", default_initializer=paddle.nn.initializer.Normal(0.0, std))
+    init = paddle.nn.initializer.Constant(0.0) if _SKIP_INIT[-1] else paddle.nn.initializer.Normal(0.0, std)
+    return layer.create_parameter(shape, dtype="float32", default_initializer=init)
+
+
+def make_bias(layer: paddle.nn.Layer, width: int) -> paddle.Tensor:
+    """A zero-initialised float32 bias parameter of [width]."""
+    return layer.create_parameter([width], dtype="float32", is_bias=True,
+                                  default_initializer=paddle.nn.initializer.Constant(0.0))
 
 
 class Attention(paddle.nn.Layer):
-    """Grouped-query self-attention: query head h reads kv head h // (num_heads // num_kv_heads)."""
+    """Grouped-query self-attention: query head h reads kv head h // (num_heads // num_kv_heads).
 
-    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, out_std: float):
+    head_dim may differ from hidden_size / num_heads (Qwen3, Llama variants). Optional parts, all loaded
+    from checkpoints that have them: a q/k/v bias (Qwen2, Llama attention_bias), an o_proj bias (Llama
+    attention_bias), per-head RMSNorm of q and k before the rotation (Qwen3 q_norm / k_norm).
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, out_std: float, *,
+                 head_dim: int | None = None, qkv_bias: bool = False, o_bias: bool = False, qk_norm: bool = False,
+                 rms_norm_eps: float = 1e-6):
         super().__init__()
         self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
-        self.head_dim = hidden_size // num_heads
+        self.head_dim = head_dim or hidden_size // num_heads
         self.q_width, self.kv_width = num_heads * self.head_dim, num_kv_heads * self.head_dim
         self.qkv_proj = make_weight(self, [hidden_size, self.q_width + 2 * self.kv_width])
+        self.qkv_bias = make_bias(self, self.q_width + 2 * self.kv_width) if qkv_bias else None
         self.o_proj = make_weight(self, [self.q_width, hidden_size], out_std)
+        self.o_bias = make_bias(self, hidden_size) if o_bias else None
+        self.q_norm = RMSNorm(self.head_dim, rms_norm_eps) if qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, rms_norm_eps) if qk_norm else None
 
     def forward(self, x, cos, sin, meta: ForwardMeta, key_cache, value_cache, block_tables):
         """Inference. x [T, H]; cos/sin [T, head_dim / 2]; caches [num_blocks, kv_heads, block_size, head_dim]."""
         t = x.shape[0]
-        qkv = ops.batch_invariant_linear(x, self.qkv_proj)
+        qkv = ops.batch_invariant_linear(x, self.qkv_proj, self.qkv_bias)
         qk, v = paddle.split(qkv, [self.q_width + self.kv_width, self.kv_width], axis=-1)
+        qk = qk.reshape([t, self.num_heads + self.num_kv_heads, self.head_dim])
+        if self.q_norm is not None:  # per-head norms: [T * heads, head_dim] rows through the invariant RMSNorm
+            q, k = paddle.split(qk, [self.num_heads, self.num_kv_heads], axis=1)
+            q = self.q_norm(q.reshape([-1, self.head_dim])).reshape([t, self.num_heads, self.head_dim])
+            k = self.k_norm(k.reshape([-1, self.head_dim])).reshape([t, self.num_kv_heads, self.head_dim])
+            qk = paddle.concat([q, k], axis=1)
         # q and k heads rotated in one call (same positions): [T, num_heads + num_kv_heads, head_dim]
-        qk = apply_rotary(qk.reshape([t, self.num_heads + self.num_kv_heads, self.head_dim]), cos, sin)
-        q, k = paddle.split(qk, [self.num_heads, self.num_kv_heads], axis=1)
+        q, k = paddle.split(apply_rotary(qk, cos, sin), [self.num_heads, self.num_kv_heads], axis=1)
         v = v.reshape([t, self.num_kv_heads, self.head_dim])
         out = ops.paged_attention(q, k, v, key_cache, value_cache, block_tables, meta.cu_seqlens_q,
                                   meta.seq_lens_decoder, meta.seq_lens_this_time, meta.batch_id_per_token)
-        return ops.batch_invariant_linear(out.reshape([t, self.q_width]), self.o_proj)  # [T, H]
+        return ops.batch_invariant_linear(out.reshape([t, self.q_width]), self.o_proj, self.o_bias)  # [T, H]
+
+    def project_train(self, x, cos, sin):
+        """Training-path q, k (normed, rotated) and v of x [B, L, H]: [B, L, heads or kv_heads, head_dim] each."""
+        b, length = x.shape[0], x.shape[1]
+        qkv = paddle.matmul(x, self.qkv_proj)
+        if self.qkv_bias is not None:
+            qkv = qkv + self.qkv_bias
+        q, k, v = paddle.split(qkv, [self.q_width, self.kv_width, self.kv_width], axis=-1)
+        q = q.reshape([b, length, self.num_heads, self.head_dim])
+        k = k.reshape([b, length, self.num_kv_heads, self.head_dim])
+        if self.q_norm is not None:
+            q, k = self.q_norm.forward_train(q), self.k_norm.forward_train(k)
+        v = v.reshape([b, length, self.num_kv_heads, self.head_dim])
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
+
+    def output_train(self, out):
+        """Training-path o_proj of the attention output [B, L, q_width] -> [B, L, H]."""
+        out = paddle.matmul(out, self.o_proj)
+        return out if self.o_bias is None else out + self.o_bias
 
     def forward_train(self, x, cos, sin):
         """Training. x [B, L, H]; cos/sin [L, head_dim / 2]. Returns [B, L, H]."""
         b, length = x.shape[0], x.shape[1]
-        qkv = paddle.matmul(x, self.qkv_proj)
-        q, k, v = paddle.split(qkv, [self.q_width, self.kv_width, self.kv_width], axis=-1)
-        q = apply_rotary(q.reshape([b, length, self.num_heads, self.head_dim]), cos, sin)
-        k = apply_rotary(k.reshape([b, length, self.num_kv_heads, self.head_dim]), cos, sin)
-        v = v.reshape([b, length, self.num_kv_heads, self.head_dim])
-        q, k, v = (a.transpose([0, 2, 1, 3]) for a in (q, k, v))  # [B, heads, L, head_dim]
+        q, k, v = (a.transpose([0, 2, 1, 3]) for a in self.project_train(x, cos, sin))  # [B, heads, L, head_dim]
         group = self.num_heads // self.num_kv_heads
         if group > 1:
             k, v = paddle.repeat_interleave(k, group, axis=1), paddle.repeat_interleave(v, group, axis=1)
         scores = paddle.matmul(q, k, transpose_y=True) / math.sqrt(self.head_dim)  # [B, heads, L, L]
         causal = paddle.triu(paddle.full([length, length], float("-inf"), dtype=scores.dtype), diagonal=1)
         out = paddle.matmul(F.softmax(scores + causal, axis=-1), v)  # [B, heads, L, head_dim]
-        return paddle.matmul(out.transpose([0, 2, 1, 3]).reshape([b, length, self.q_width]), self.o_proj)
+        return self.output_train(out.transpose([0, 2, 1, 3]).reshape([b, length, self.q_width]))
 
 
 class SwiGLU(paddle.nn.Layer):
     """down(silu(gate(x)) * up(x)), gate and up fused in one [H, 2I] weight (gate first)."""
 
-    def __init__(self, hidden_size: int, intermediate_size: int, out_std: float):
+    def __init__(self, hidden_size: int, intermediate_size: int, out_std: float, *, bias: bool = False):
         super().__init__()
         self.intermediate_size = intermediate_size
         self.gate_up_proj = make_weight(self, [hidden_size, 2 * intermediate_size])
+        self.gate_up_bias = make_bias(self, 2 * intermediate_size) if bias else None
         self.down_proj = make_weight(self, [intermediate_size, hidden_size], out_std)
+        self.down_bias = make_bias(self, hidden_size) if bias else None
 
     def forward(self, x):
         """Inference. x [T, H] -> [T, H]."""
-        gate, up = paddle.split(ops.batch_invariant_linear(x, self.gate_up_proj), 2, axis=-1)
-        return ops.batch_invariant_linear(rowwise(F.silu, gate) * up, self.down_proj)
+        gate, up = paddle.split(ops.batch_invariant_linear(x, self.gate_up_proj, self.gate_up_bias), 2, axis=-1)
+        return ops.batch_invariant_linear(rowwise(F.silu, gate) * up, self.down_proj, self.down_bias)
 
     def forward_train(self, x):
         """Training. x [B, L, H] -> [B, L, H]."""
-        gate, up = paddle.split(paddle.matmul(x, self.gate_up_proj), 2, axis=-1)
-        return paddle.matmul(F.silu(gate) * up, self.down_proj)
+        gate_up = paddle.matmul(x, self.gate_up_proj)
+        gate, up = paddle.split(gate_up if self.gate_up_bias is None else gate_up + self.gate_up_bias, 2, axis=-1)
+        out = paddle.matmul(F.silu(gate) * up, self.down_proj)
+        return out if self.down_bias is None else out + self.down_bias
 
 
 class DecoderLayer(paddle.nn.Layer):
     """Pre-norm block; out_std scales the init of the two residual-branch output projections."""
 
     def __init__(self, *, hidden_size: int, num_heads: int, num_kv_heads: int, intermediate_size: int,
-                 rms_norm_eps: float, out_std: float = INIT_STD):
+                 rms_norm_eps: float, out_std: float = INIT_STD, head_dim: int | None = None, qkv_bias: bool = False,
+                 o_bias: bool = False, mlp_bias: bool = False, qk_norm: bool = False):
         super().__init__()
         self.input_norm = RMSNorm(hidden_size, rms_norm_eps)
-        self.attn = Attention(hidden_size, num_heads, num_kv_heads, out_std)
+        self.attn = Attention(hidden_size, num_heads, num_kv_heads, out_std, head_dim=head_dim, qkv_bias=qkv_bias,
+                              o_bias=o_bias, qk_norm=qk_norm, rms_norm_eps=rms_norm_eps)
         self.post_attn_norm = RMSNorm(hidden_size, rms_norm_eps)
-        self.mlp = SwiGLU(hidden_size, intermediate_size, out_std)
+        self.mlp = SwiGLU(hidden_size, intermediate_size, out_std, bias=mlp_bias)
 
     def forward(self, x, cos, sin, meta: ForwardMeta, key_cache, value_cache, block_tables):
         """Inference. x [T, H] -> [T, H]; writes this step's K/V into the caches."""

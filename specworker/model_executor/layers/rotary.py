@@ -6,19 +6,53 @@ position, so a row's bits never depend on the batch (no transcendental runs per 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import paddle
 
 
-class RotaryEmbedding:
-    """cos/sin of position * theta^(-2j / head_dim), j < head_dim / 2, for positions 0..max_position - 1."""
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RopeScaling:
+    """Hugging Face's `rope_scaling` for the two supported types (other types are rejected at load).
 
-    def __init__(self, head_dim: int, theta: float, max_position: int):
+    linear: every frequency divided by factor (positions stretched).
+    llama3: Llama 3.1's band rule over wavelengths 2 pi / f relative to original_max_position_embeddings
+    (long wavelengths divided by factor, short ones kept, a linear blend between low_freq_factor and
+    high_freq_factor).
+    """
+
+    rope_type: str  # "linear" | "llama3"
+    factor: float
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+    def apply(self, inv_freq: np.ndarray) -> np.ndarray:
+        """Scaled frequencies (float64 in, float64 out)."""
+        if self.rope_type == "linear":
+            return inv_freq / self.factor
+        old_len = float(self.original_max_position_embeddings)
+        wavelen = 2 * np.pi / inv_freq
+        scaled = np.where(wavelen > old_len / self.low_freq_factor, inv_freq / self.factor, inv_freq)
+        smooth = (old_len / wavelen - self.low_freq_factor) / (self.high_freq_factor - self.low_freq_factor)
+        blended = (1 - smooth) * scaled / self.factor + smooth * scaled
+        medium = (wavelen >= old_len / self.high_freq_factor) & (wavelen <= old_len / self.low_freq_factor)
+        return np.where(medium, blended, scaled)
+
+
+class RotaryEmbedding:
+    """cos/sin of position * f_j, f_j = theta^(-2j / head_dim) (optionally scaled), j < head_dim / 2,
+    for positions 0..max_position - 1."""
+
+    def __init__(self, head_dim: int, theta: float, max_position: int, scaling: RopeScaling | None = None):
         if head_dim % 2:
             raise ValueError(f"RotaryEmbedding: head_dim = {head_dim}; allowed: an even number")
         self.head_dim = head_dim
         self.max_position = max_position
         inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+        if scaling is not None:
+            inv_freq = scaling.apply(inv_freq)
         angles = np.arange(max_position, dtype=np.float64)[:, None] * inv_freq[None, :]
         self.cos = paddle.to_tensor(np.cos(angles).astype(np.float32))  # [max_position, head_dim / 2]
         self.sin = paddle.to_tensor(np.sin(angles).astype(np.float32))

@@ -1,6 +1,7 @@
 """Safetensors checkpoints (never pickle) of the target and the MTP draft.
 
-A model directory holds config.json (architecture), model.safetensors (target) and optionally
+Two layouts: a Hugging Face directory (config.json with `architectures`; hf_checkpoint.py) or the tiny
+models' own. The tiny layout: a model directory holds config.json (architecture), model.safetensors (target) and optionally
 mtp.safetensors (the draft's own weights only). `builtin:tiny` is the committed weights/tiny/ directory,
 `builtin:tiny-mtp` its mtp.safetensors. Every error names the file and, where one is at fault, the tensor.
 """
@@ -16,6 +17,9 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from specworker.config import ARCH_FIELDS, ModelConfig
+from specworker.model_executor.layers.decoder_layer import skip_random_init
+from specworker.model_executor.models.hf_checkpoint import load_hf_mtp, load_hf_target
+from specworker.model_executor.models.hf_config import is_hf_checkpoint
 from specworker.model_executor.models.llama import LlamaArch, LlamaModel
 from specworker.model_executor.models.mtp import MTPDraft
 
@@ -76,6 +80,8 @@ def load_target(model_config: ModelConfig, place=None) -> LlamaModel:
         raise ValueError(f"model.dtype = {model_config.dtype!r}; allowed: 'float32' (the batch-invariant "
                          "linear op is float32 only)")
     model_dir = target_dir(model_config)
+    if is_hf_checkpoint(model_dir):
+        return load_hf_target(model_dir, place)
     arch = read_arch(model_dir)
     if model_config.is_builtin:
         for key in ARCH_FIELDS:
@@ -83,7 +89,8 @@ def load_target(model_config: ModelConfig, place=None) -> LlamaModel:
             if have != want:
                 raise ValueError(f"{model_dir / CONFIG_FILE}: {key} = {have!r}, but model.{key} = {want!r} "
                                  f"for {model_config.path!r} (the committed weights have the file's architecture)")
-    model = LlamaModel(arch)
+    with skip_random_init():
+        model = LlamaModel(arch)
     _load_state(model, model_dir / TARGET_FILE)
     model.eval()
     return model.to_place(place or paddle.CPUPlace())
@@ -101,8 +108,12 @@ def draft_file(path_or_builtin: str) -> Path:
 
 
 def load_mtp(path_or_builtin: str, target: LlamaModel, place=None) -> MTPDraft:
-    """The MTP draft sharing `target`'s embedding, final norm and lm_head; weights from mtp.safetensors."""
-    draft = MTPDraft(target)
+    """The MTP draft sharing `target`'s embedding, final norm and lm_head; weights from mtp.safetensors, or
+    from the MTP layer of a Hugging Face checkpoint directory (hf_checkpoint.load_hf_mtp)."""
+    if not path_or_builtin.startswith("builtin:") and is_hf_checkpoint(path_or_builtin):
+        return load_hf_mtp(path_or_builtin, target, place)
+    with skip_random_init():
+        draft = MTPDraft(target)
     _load_state(draft, draft_file(path_or_builtin))
     draft.eval()
     draft.to(place or paddle.CPUPlace())

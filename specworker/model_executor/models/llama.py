@@ -16,7 +16,7 @@ from specworker.model_executor import ops
 from specworker.model_executor.forward_meta import ForwardMeta
 from specworker.model_executor.layers.decoder_layer import INIT_STD, DecoderLayer, make_weight
 from specworker.model_executor.layers.rms_norm import RMSNorm
-from specworker.model_executor.layers.rotary import RotaryEmbedding
+from specworker.model_executor.layers.rotary import RopeScaling, RotaryEmbedding
 from specworker.model_executor.models.kv_cache import KVCache
 
 MAX_POSITION = 8192  # rows of the RoPE table; later positions reuse the last row (clamped)
@@ -24,7 +24,14 @@ MAX_POSITION = 8192  # rows of the RoPE table; later positions reuse the last ro
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class LlamaArch:
-    """The architecture fields of ModelConfig / config.json (config.ARCH_FIELDS)."""
+    """A Llama-family architecture: the tiny models' config.json fields (config.ARCH_FIELDS) plus the
+    options real checkpoints need (hf_checkpoint.py reads them from a Hugging Face config.json).
+
+    head_dim 0 means hidden_size / num_heads. qkv_bias: q/k/v projections have a bias (Qwen2, Llama
+    attention_bias); o_bias: o_proj has one (Llama attention_bias); mlp_bias: gate/up/down have one;
+    qk_norm: per-head RMSNorm of q and k (Qwen3); tie_word_embeddings: lm_head is the embedding's
+    transpose (loaded as a copy; the inference path reads lm_head only).
+    """
 
     vocab_size: int
     hidden_size: int
@@ -34,14 +41,32 @@ class LlamaArch:
     intermediate_size: int
     rope_theta: float
     rms_norm_eps: float
+    head_dim: int = 0
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    tie_word_embeddings: bool = False
+    rope_scaling: RopeScaling | None = None
+    max_position: int = MAX_POSITION
 
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+    def __post_init__(self) -> None:
+        if self.head_dim == 0:
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
 
     def layer_kwargs(self) -> dict:
         return dict(hidden_size=self.hidden_size, num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
-                    intermediate_size=self.intermediate_size, rms_norm_eps=self.rms_norm_eps)
+                    intermediate_size=self.intermediate_size, rms_norm_eps=self.rms_norm_eps, head_dim=self.head_dim,
+                    qkv_bias=self.qkv_bias, o_bias=self.o_bias, mlp_bias=self.mlp_bias, qk_norm=self.qk_norm)
+
+    @property
+    def num_parameters(self) -> int:
+        """Parameters of the target as loaded (a tied lm_head counted once)."""
+        h, q, kv, i = self.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim, self.intermediate_size
+        attn = h * (q + 2 * kv) + q * h + (q + 2 * kv) * self.qkv_bias + h * self.o_bias + 2 * self.head_dim * self.qk_norm
+        mlp = 3 * h * i + (2 * i + h) * self.mlp_bias
+        embed = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        return self.num_layers * (attn + mlp + 2 * h) + embed + h
 
 
 def token_positions(meta: ForwardMeta, token_num: int) -> paddle.Tensor:
@@ -58,9 +83,9 @@ def token_positions(meta: ForwardMeta, token_num: int) -> paddle.Tensor:
 
 
 class LlamaModel(paddle.nn.Layer):
-    """Llama-style target: embed -> num_layers x DecoderLayer -> norm -> lm_head (untied), float32."""
+    """Llama-family target: embed -> num_layers x DecoderLayer -> norm -> lm_head, float32 compute."""
 
-    def __init__(self, arch: LlamaArch, max_position: int = MAX_POSITION):
+    def __init__(self, arch: LlamaArch):
         super().__init__()
         self.arch = arch
         out_std = INIT_STD / math.sqrt(2 * arch.num_layers)
@@ -69,7 +94,7 @@ class LlamaModel(paddle.nn.Layer):
             [DecoderLayer(**arch.layer_kwargs(), out_std=out_std) for _ in range(arch.num_layers)])
         self.norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
         self.lm_head = make_weight(self, [arch.hidden_size, arch.vocab_size])
-        self.rotary = RotaryEmbedding(arch.head_dim, arch.rope_theta, max_position)
+        self.rotary = RotaryEmbedding(arch.head_dim, arch.rope_theta, arch.max_position, arch.rope_scaling)
 
     def to_place(self, place) -> LlamaModel:
         """Moves weights and the RoPE table to `place`."""

@@ -17,7 +17,6 @@ from specworker.model_executor import ops
 from specworker.model_executor.forward_meta import ForwardMeta
 from specworker.model_executor.layers.decoder_layer import DecoderLayer, make_weight
 from specworker.model_executor.layers.rms_norm import RMSNorm
-from specworker.model_executor.layers.rotary import apply_rotary
 from specworker.model_executor.models.kv_cache import KVCache
 from specworker.model_executor.models.llama import LlamaModel, token_positions
 
@@ -25,15 +24,31 @@ from specworker.model_executor.models.llama import LlamaModel, token_positions
 class MTPDraft(paddle.nn.Layer):
     """One-layer draft on top of a LlamaModel target; its own KV cache has one layer."""
 
-    def __init__(self, target: LlamaModel):
+    def __init__(self, target: LlamaModel, *, hidden_after_norm: bool = False, own_final_norm: bool = False):
+        """hidden_after_norm: h_i enters hnorm after a final norm (ERNIE 4.5 / DeepSeek-V3 checkpoints: the
+        target's norm for the target's hidden, the draft's output norm for its own); False: as is (the tiny
+        pair). own_final_norm: the draft has its own output norm (DeepSeek-V3's shared_head.norm) instead of
+        sharing the target's."""
         super().__init__()
         arch = target.arch
         # Not a sublayer: the target's weights must not appear in the draft's parameters or state_dict.
         object.__setattr__(self, "target", target)
+        self.hidden_after_norm = hidden_after_norm
         self.enorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
         self.hnorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
         self.eh_proj = make_weight(self, [2 * arch.hidden_size, arch.hidden_size])
         self.layer = DecoderLayer(**arch.layer_kwargs())
+        self.final_norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps) if own_final_norm else None
+
+    def _output_norm(self) -> RMSNorm:
+        return self.target.norm if self.final_norm is None else self.final_norm
+
+    def prepare_hidden(self, hidden: paddle.Tensor, *, from_target: bool) -> paddle.Tensor:
+        """h_i as forward expects it: hidden [R, H] (target rows when from_target, else the draft's own
+        output rows) passed through the matching final norm under hidden_after_norm, else unchanged."""
+        if not self.hidden_after_norm:
+            return hidden
+        return (self.target.norm if from_target else self._output_norm())(hidden)
 
     def new_kv_cache(self, num_blocks: int, block_size: int, place=None) -> KVCache:
         """A zeroed one-layer KVCache shaped for this draft."""
@@ -62,8 +77,10 @@ class MTPDraft(paddle.nn.Layer):
         return self.layer(x, cos, sin, meta, key_cache, value_cache, block_tables)
 
     def compute_logits(self, rows: paddle.Tensor) -> paddle.Tensor:
-        """The target's lm_head(norm(rows)). Args: rows [R, H]. Returns [R, V]."""
-        return self.target.compute_logits(rows)
+        """The target's lm_head(norm(rows)) (the draft's own norm when it has one). rows [R, H] -> [R, V]."""
+        if self.final_norm is None:
+            return self.target.compute_logits(rows)
+        return ops.batch_invariant_linear(self.final_norm(rows), self.target.lm_head)
 
     def forward_train(self, ids: paddle.Tensor, target_hidden: paddle.Tensor) -> paddle.Tensor:
         """Training path. Args: ids [B, L] int64 (token_{i+1} at column i); target_hidden [B, L, H] (h_i).
@@ -111,17 +128,13 @@ class MTPDraft(paddle.nn.Layer):
         """self.layer.forward_train for substep len(keys) + 1; appends its K/V to keys / values."""
         layer, attn = self.layer, self.layer.attn
         b, length = x.shape[0], x.shape[1]
-        qkv = paddle.matmul(layer.input_norm.forward_train(x), attn.qkv_proj)
-        q, k, v = paddle.split(qkv, [attn.q_width, attn.kv_width, attn.kv_width], axis=-1)
-        q = apply_rotary(q.reshape([b, length, attn.num_heads, attn.head_dim]), cos, sin)
-        k = apply_rotary(k.reshape([b, length, attn.num_kv_heads, attn.head_dim]), cos, sin)
-        v = v.reshape([b, length, attn.num_kv_heads, attn.head_dim])
+        q, k, v = attn.project_train(layer.input_norm.forward_train(x), cos, sin)
         group = attn.num_heads // attn.num_kv_heads
         q, k, v = (a.transpose([0, 2, 1, 3]) for a in (q, k, v))  # [B, heads, L, head_dim]
         keys.append(paddle.repeat_interleave(k, group, axis=1) if group > 1 else k)
         values.append(paddle.repeat_interleave(v, group, axis=1) if group > 1 else v)
         out = _chained_attention(q / math.sqrt(attn.head_dim), keys, values)  # [B, heads, L, head_dim]
-        x = x + paddle.matmul(out.transpose([0, 2, 1, 3]).reshape([b, length, attn.q_width]), attn.o_proj)
+        x = x + attn.output_train(out.transpose([0, 2, 1, 3]).reshape([b, length, attn.q_width]))
         return x + layer.mlp.forward_train(layer.post_attn_norm.forward_train(x))
 
 

@@ -2,7 +2,7 @@
 
 Every wrapper accepts CPU or GPU tensors; the C++ op dispatches on place, so no Python code
 branches on the platform. _extension.py is the only importer of the compiled library; the
-wrappers live by op family (index_ops, sampling_ops, state_ops, model_ops) and are re-exported here.
+wrappers live by op family (index_ops, sampling_ops, state_ops, ngram_ops, model_ops) and are re-exported here.
 """
 
 from specworker.model_executor.ops._extension import OpsNotBuiltError, _check_current, load_ops  # noqa: F401
@@ -33,6 +33,7 @@ from specworker.model_executor.ops.state_ops import (  # noqa: F401
     draft_model_update,
     draft_model_postprocess,
 )
+from specworker.model_executor.ops.ngram_ops import ngram_match  # noqa: F401
 from specworker.model_executor.ops.model_ops import (  # noqa: F401
     paged_attention,
     batch_invariant_linear,
@@ -62,6 +63,7 @@ __all__ = [
     "eagle_get_hidden_states",
     "draft_model_update",
     "draft_model_postprocess",
+    "ngram_match",
     "paged_attention",
     "batch_invariant_linear",
 ]

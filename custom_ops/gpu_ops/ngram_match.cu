@@ -1,0 +1,23 @@
+// Paddle CUDA binding for ngram_match: the op (cpu_ops/ngram_match.cc) has checked every argument;
+// this takes the stream, launches in place and reports.
+#include "op_checks.h"
+#include "kernels/ngram_match.h"
+
+void NgramMatchCUDA(const paddle::Tensor& input_ids, const paddle::Tensor& input_ids_len,
+                    const paddle::Tensor& pre_ids, const paddle::Tensor& step_idx,
+                    const paddle::Tensor& draft_token_num, paddle::Tensor& draft_tokens,
+                    paddle::Tensor& seq_lens_this_time, const paddle::Tensor& seq_lens_encoder,
+                    const paddle::Tensor& seq_lens_decoder, const paddle::Tensor& max_dec_len,
+                    const paddle::optional<paddle::Tensor>& is_block_step, int max_ngram_size,
+                    int max_draft_tokens, int min_ngram_size) {
+  const int err = specworker_ngram_match_launch(
+      input_ids.data<int64_t>(), input_ids_len.data<int64_t>(), pre_ids.data<int64_t>(),
+      step_idx.data<int64_t>(), draft_token_num.data<int32_t>(), draft_tokens.data<int64_t>(),
+      seq_lens_this_time.data<int32_t>(), seq_lens_encoder.data<int32_t>(),
+      seq_lens_decoder.data<int32_t>(), max_dec_len.data<int64_t>(),
+      is_block_step ? is_block_step->data<bool>() : nullptr,
+      static_cast<int>(seq_lens_this_time.shape()[0]), static_cast<int>(input_ids.shape()[1]),
+      static_cast<int>(pre_ids.shape()[1]), static_cast<int>(draft_tokens.shape()[1]),
+      max_ngram_size, max_draft_tokens, min_ngram_size, seq_lens_this_time.stream());
+  SPECWORKER_CHECK_LAUNCH("ngram_match", err);
+}

@@ -1,0 +1,118 @@
+import ctypes
+
+import numpy as np
+import pytest
+
+from tests.gpu.harness import launcher, ptr, require_gpu, stream
+from tests.ngram_cases import KINDS, NGRAM_CASES, NGRAM_SIZES, literal_state, make_ngram_state
+from tests.reference.ngram_match import ref_ngram_match
+
+cp = require_gpu()
+_P, _I = ctypes.c_void_p, ctypes.c_int
+launch = launcher("specworker_ngram_match_launch", [_P] * 11 + [_I] * 7 + [_P])
+
+ARGS = ("input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num", "draft_tokens", "seq_lens_this_time",
+        "seq_lens_encoder", "seq_lens_decoder", "max_dec_len", "is_block_step")
+WRITES = ("draft_tokens", "seq_lens_this_time")
+GUARD = 16  # rows past each written buffer's end that the kernel must leave untouched
+CANARY = -7777
+
+
+def _with_guard(a):
+    a = np.asarray(a)
+    return np.concatenate([a, np.full((GUARD,) + a.shape[1:], CANARY, a.dtype)])
+
+
+def run_kernel(state: dict, *, max_ngram_size: int, max_draft_tokens: int, min_ngram_size: int = 1,
+               bsz: int | None = None) -> dict:
+    """Runs the kernel on a numpy state (is_block_step absent = NULL); returns the new state."""
+    bsz = len(state["seq_lens_this_time"]) if bsz is None else bsz
+    d = {}
+    for k in ARGS:
+        v = state.get(k)
+        if v is None:
+            d[k] = None
+        elif k in WRITES:
+            d[k] = cp.asarray(_with_guard(v if k == "draft_tokens" else np.reshape(v, -1)))
+        else:
+            d[k] = cp.asarray(v if v.ndim == 2 and k in ("input_ids", "pre_ids") else np.reshape(v, -1))
+    launch(*(ptr(d[k]) for k in ARGS), bsz, state["input_ids"].shape[1], state["pre_ids"].shape[1],
+           state["draft_tokens"].shape[1], max_ngram_size, max_draft_tokens, min_ngram_size, stream())
+    out = dict(state)
+    for k in WRITES:
+        a = cp.asnumpy(d[k])
+        assert (a[-GUARD:] == CANARY).all(), f"{k} written past its end"
+        out[k] = a[:-GUARD]
+    return out
+
+
+def assert_state_equal(got: dict, want: dict):
+    for k in WRITES:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+@pytest.mark.parametrize("name, state, attrs, expected", NGRAM_CASES, ids=[c[0] for c in NGRAM_CASES])
+def test_ngram_match_cuda_literal(name, state, attrs, expected):
+    got = run_kernel(state, **attrs)
+    for k, v in expected.items():
+        np.testing.assert_array_equal(got[k], np.asarray(v), err_msg=f"{name}: {k}")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("bsz", [0, 1, 3, 17, 255, 256, 257, 1024])
+def test_ngram_match_cuda_matches_reference(bsz, kind):
+    for j, (max_n, min_n) in enumerate(NGRAM_SIZES):
+        seed = bsz * 100 + KINDS.index(kind) * 10 + j
+        state = make_ngram_state(np.random.default_rng(seed), bsz, kind, extra_rows=j, with_paused=j % 2 == 0)
+        attrs = dict(max_ngram_size=max_n, min_ngram_size=min_n, max_draft_tokens=3)
+        assert_state_equal(run_kernel(state, **attrs), ref_ngram_match(state, **attrs))
+
+
+@pytest.mark.parametrize("history_width, vocab", [(300, 3), (1000, 40), (5000, 2), (9000, 1000)])
+def test_ngram_match_cuda_long_histories(history_width, vocab):
+    """Histories longer than the 256 threads of a block (several positions per thread), small vocabularies
+    (many ties between positions: the most recent must win) and n up to 64."""
+    for j, (max_n, min_n) in enumerate(((3, 1), (64, 1), (8, 4))):
+        state = make_ngram_state(np.random.default_rng(history_width + j), 33, "repetitive" if j == 1 else "mixed",
+                                 num_draft=5, prompt_width=history_width // 2, history_width=history_width,
+                                 vocab=vocab)
+        attrs = dict(max_ngram_size=max_n, min_ngram_size=min_n, max_draft_tokens=5)
+        assert_state_equal(run_kernel(state, **attrs), ref_ngram_match(state, **attrs))
+
+
+@pytest.mark.parametrize("num_draft, max_draft_tokens", [(0, 0), (1, 1), (5, 5), (5, 2), (300, 300)])
+def test_ngram_match_cuda_draft_widths(num_draft, max_draft_tokens):
+    """D = 1, and D > 256 (threads stride over the draft row too)."""
+    for seed, kind in enumerate(("mixed", "repetitive", "near_max_dec_len")):
+        state = make_ngram_state(np.random.default_rng(seed), 17, kind, num_draft=num_draft, extra_rows=2,
+                                 history_width=400, prompt_width=400, vocab=2)
+        state["draft_token_num"][:] = np.maximum(state["draft_token_num"], num_draft // 2)
+        state["max_dec_len"] = state["step_idx"] + 1 + num_draft
+        attrs = dict(max_ngram_size=3, max_draft_tokens=max_draft_tokens)
+        assert_state_equal(run_kernel(state, **attrs), ref_ngram_match(state, **attrs))
+
+
+def test_ngram_match_cuda_clamps_history_indices():
+    """CUDA cannot raise: input_ids_len outside [0, S_in] and step_idx outside [0, S - 1] are clamped for
+    the history (the CPU op raises); the budget still uses the given step_idx."""
+    state = literal_state([[1, 2, 3, 1, 2], [5, 5], [4, 6, 4]], [[3], [], [6]], prompt_width=5, history_width=4)
+    state["input_ids_len"][:] = [99, -4, 3]  # slot 0 -> 5 (h = [1 2 3 1 2 | 3]), slot 1 -> 0
+    state["step_idx"][:] = [1, -2, 50]  # slot 1 -> 0 (h = []), slot 2 -> 3 (pre_ids width 4)
+    state["max_dec_len"][:] = [100, 100, 100]
+    state["pre_ids"][2, 1:] = [6, 4, 6]
+    got = run_kernel(state, max_ngram_size=3, max_draft_tokens=3)
+    want = ref_ngram_match(state, max_ngram_size=3, max_draft_tokens=3, strict=False)
+    assert_state_equal(got, want)
+    np.testing.assert_array_equal(got["draft_tokens"][:2], [[500, 1, 2, 3], [501, -1, -1, -1]])
+    # slot 2: h = [4 6 4 6 4 6], n = 3 [6 4 6] at 1 -> [4 6]
+    np.testing.assert_array_equal(got["draft_tokens"][2], [502, 4, 6, -1])
+
+
+@pytest.mark.parametrize("change", [
+    dict(bsz=-1), dict(max_ngram_size=0, min_ngram_size=0), dict(min_ngram_size=4), dict(max_ngram_size=65),
+    dict(max_draft_tokens=-1),
+], ids=["negative_bsz", "zero_ngram", "min_above_max", "max_ngram_above_64", "negative_max_draft_tokens"])
+def test_ngram_match_cuda_launcher_rejects_bad_sizes(change):
+    _, state, attrs, _ = NGRAM_CASES[0]
+    with pytest.raises(RuntimeError, match="returned cudaError"):
+        run_kernel(state, **{**attrs, **change})

@@ -1,0 +1,92 @@
+"""Lossless speculative decoding on the real default model (SmolLM2-135M-Instruct): greedy output of the
+speculative path equals greedy non-speculative output, token for token, for randomized requests (real
+English and random-id prompts) with staggered arrivals, aborts, reorders, penalties and stop tokens.
+SmolLM2 has no trained MTP head yet, so the drafters are the naive proposer (the speculative sampler with
+no drafts), an oracle (the target's own continuation: everything accepted) and an adversary (always wrong)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from specworker.config import config_from_dict
+from specworker.hf_tokenizer import load_tokenizer
+from specworker.sampling_params import SamplingParams
+from specworker.worker.worker import Worker
+from tests.smollm2 import require_smollm2
+from tests.spec_decode.oracle_proposer import OracleProposer
+from tests.spec_decode.test_lossless import _shuffler, _tokens
+from tests.worker.worker_harness import Req, drive
+
+TEXTS = ["The capital of France is", "def fibonacci(n):\n    ", "Once upon a time, there was a",
+         "The three primary colors are", "In 1969, the first humans", "Water boils at a temperature of",
+         "To make a cup of tea, first", "The quick brown fox jumps over", "import numpy as np\nx = np.",
+         "My favourite book is", "Photosynthesis is the process by which", "1, 1, 2, 3, 5, 8,"]
+SCHEDULER = dict(max_num_seqs=6, max_model_len=128, block_size=16, num_blocks=64, max_num_batched_tokens=48)
+
+
+def _config(method="none", k=0):
+    spec = {"method": method}
+    if method == "mtp":  # the proposer is passed in; the draft path only has to exist for validation
+        spec.update(num_speculative_tokens=k, num_model_steps=1, model=str(require_smollm2()),
+                    verify_strategy="greedy")
+    return config_from_dict({"model": {"path": str(require_smollm2())}, "scheduler": SCHEDULER,
+                             "speculative_config": spec, "debug_checks": True}, check_paths=False)
+
+
+def _requests(n: int, seed: int, *, abort_rate: float = 0.1) -> list[Req]:
+    tok = load_tokenizer(str(require_smollm2()))
+    rng = np.random.default_rng(seed)
+    reqs = []
+    for i in range(n):
+        if rng.random() < 0.75:
+            prompt = tok.encode(f"Example {i}: {TEXTS[int(rng.integers(len(TEXTS)))]}")  # unique (the oracle's key)
+        else:
+            prompt = [int(t) for t in rng.integers(0, tok.vocab_size, size=int(rng.integers(1, 40)))]
+        kw = dict(max_tokens=int(rng.integers(1, 12)), temperature=0.0)
+        if rng.random() < 0.3:
+            kw.update(repetition_penalty=1.3, frequency_penalty=0.2, presence_penalty=0.1)
+        if rng.random() < 0.25:  # a common token as stop token: ends inside accepted runs
+            kw.update(stop_token_ids=(int(rng.choice(tok.encode(" the, a."))),))
+        arrive = int(rng.integers(0, 12))
+        abort_at = arrive + int(rng.integers(1, 5)) if rng.random() < abort_rate else None
+        reqs.append(Req(f"s{i}", prompt, SamplingParams(**kw), arrive, abort_at))
+    return reqs
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    reqs = _requests(36, seed=11)
+    ref = drive(Worker(_config()), [dataclasses.replace(r, abort_at=None) for r in reqs])
+    return reqs, ref
+
+
+def _compare(reqs, ref, got):
+    survivors = [r.req_id for r in reqs if r.abort_at is None or r.req_id in got]
+    assert len(survivors) >= 32, len(survivors)
+    for req_id in survivors:
+        assert got[req_id] == ref[req_id], req_id
+
+
+def test_smollm2_naive_speculative_path_equals_non_speculative(baseline):
+    reqs, ref = baseline
+    config = dataclasses.replace(_config(), speculative_config=dataclasses.replace(
+        _config().speculative_config, method="naive"))
+    _compare(reqs, ref, drive(Worker(config), reqs, between=_shuffler(3)))
+
+
+@pytest.mark.parametrize("adversarial", [False, True])
+def test_smollm2_oracle_and_adversary_are_lossless(baseline, adversarial):
+    reqs, ref = baseline
+    k = 3
+    drafter = OracleProposer(k, {tuple(r.prompt): ref[r.req_id][0] for r in reqs}, adversarial=adversarial)
+    worker = Worker(_config("mtp", k), proposer=drafter)
+    _compare(reqs, ref, drive(worker, reqs, between=_shuffler(5 + adversarial)))
+    stats = worker.spec_stats
+    assert stats.num_drafted > 0
+    if adversarial:
+        assert stats.num_accepted == 0
+    else:
+        assert stats.num_accepted == stats.num_drafted and stats.mean_acceptance_length > 2.0
