@@ -194,6 +194,12 @@ void NgramMatch(const paddle::Tensor& input_ids, const paddle::Tensor& input_ids
                 const paddle::Tensor& seq_lens_decoder, const paddle::Tensor& max_dec_len,
                 const paddle::optional<paddle::Tensor>& is_block_step, int max_ngram_size,
                 int max_draft_tokens, int min_ngram_size) {
+  specworker::CheckGiven(kOp, {{"input_ids", &input_ids}, {"input_ids_len", &input_ids_len},
+                               {"pre_ids", &pre_ids}, {"step_idx", &step_idx},
+                               {"draft_token_num", &draft_token_num}, {"draft_tokens", &draft_tokens},
+                               {"seq_lens_this_time", &seq_lens_this_time},
+                               {"seq_lens_encoder", &seq_lens_encoder},
+                               {"seq_lens_decoder", &seq_lens_decoder}, {"max_dec_len", &max_dec_len}});
   CheckArgs(input_ids, input_ids_len, pre_ids, step_idx, draft_token_num, draft_tokens,
             seq_lens_this_time, seq_lens_encoder, seq_lens_decoder, max_dec_len, is_block_step,
             max_ngram_size, max_draft_tokens, min_ngram_size);

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import paddle
 
-from specworker.model_executor.ops._extension import _host_int, _run
+from specworker.model_executor.ops._extension import _host_int, _run, op_wrapper
 
 MAX_NGRAM_SIZE = 64  # the op's bound on max_ngram_size (the CUDA kernel keeps the suffix in shared memory)
 
 
+@op_wrapper
 def ngram_match(
     input_ids: paddle.Tensor,
     input_ids_len: paddle.Tensor,
