@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from specworker.config import WorkerConfig
 from specworker.sampling_params import SamplingParams
 from specworker.hf_tokenizer import check_messages, load_tokenizer
-from specworker.worker.request import FinishReason
+from specworker.worker.request import FinishReason, TokenLogprob
 from specworker.worker.worker import Worker
 
 __all__ = ["CompletionOutput", "LLM"]
@@ -21,6 +21,7 @@ class CompletionOutput:
     text: str  # the generation decoded (special ids dropped)
     token_ids: list[int]
     finish_reason: FinishReason
+    logprobs: list[TokenLogprob] | None = None  # one per token id when SamplingParams.logprobs is set
 
 
 class LLM:
@@ -84,5 +85,6 @@ class LLM:
             if on_step is not None:
                 on_step(outs)
         return [CompletionOutput(prompt=p, text=self.tokenizer.decode(done[i].output_token_ids),
-                                 token_ids=done[i].output_token_ids, finish_reason=done[i].finish_reason)
+                                 token_ids=done[i].output_token_ids, finish_reason=done[i].finish_reason,
+                                 logprobs=done[i].logprobs)
                 for i, p in zip(ids, prompts)]

@@ -15,7 +15,9 @@ from specworker.config import MAX_SEED
 from specworker.worker.buffers import MAX_BAD_WORDS
 from specworker.worker.slot_request import SlotRequest
 
-__all__ = ["SamplingParams"]
+__all__ = ["MAX_LOGPROBS", "SamplingParams"]
+
+MAX_LOGPROBS = 20  # SamplingParams.logprobs at most (vLLM's default max_logprobs)
 
 _FLOAT_RANGES = {  # field: (predicate, what is allowed)
     "temperature": (lambda v: v >= 0, "a finite float >= 0 (0: greedy)"),
@@ -54,6 +56,13 @@ class SamplingParams:
 
     ValueError / TypeError on construction name the field, the value and what is allowed
     (bool is not an int, NaN and inf are rejected). Token-id tuples are normalised to tuples of int.
+
+    logprobs = N returns, for every generated token (accepted drafts and bonus tokens alike), its logprob
+    and the N most likely (id, logprob) pairs of the distribution it was drawn from
+    (RequestOutput.logprobs): the log-softmax of the target's logit row after penalties, bad words, the
+    min_tokens eos mask and temperature, before top-k / top-p / min-p truncation; a greedy request's row is
+    the one after penalties at temperature 1. 0 gives the token's own logprob only. Prompt logprobs are
+    not offered.
     """
 
     temperature: float = 1.0  # 0: greedy
@@ -70,6 +79,7 @@ class SamplingParams:
     bad_words_token_ids: Sequence[int] = ()  # single-token bad words, at most MAX_BAD_WORDS
     ignore_eos: bool = False
     enable_thinking: bool = False  # the request reasons first (the worker's ReasoningConstraint applies)
+    logprobs: int | None = None  # None: off; N in 0..MAX_LOGPROBS: each token's logprob and the top-N
 
     def __post_init__(self) -> None:
         for field, (ok, allowed) in _FLOAT_RANGES.items():
@@ -92,6 +102,10 @@ class SamplingParams:
             raise _bad("min_tokens", self.min_tokens, f"an int in 0..max_tokens = {self.max_tokens}")
         if self.seed is not None and (not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED):
             raise _bad("seed", self.seed, f"None or an int in 0..{MAX_SEED}")
+        if self.logprobs is not None and (not _is_int(self.logprobs) or not 0 <= self.logprobs <= MAX_LOGPROBS):
+            raise _bad("logprobs", self.logprobs, f"None (off) or an int in 0..MAX_LOGPROBS = {MAX_LOGPROBS}")
+        if self.logprobs is not None:
+            object.__setattr__(self, "logprobs", int(self.logprobs))
         for field in ("stop_token_ids", "bad_words_token_ids"):
             object.__setattr__(self, field, _token_ids(field, getattr(self, field)))
         if len(self.bad_words_token_ids) > MAX_BAD_WORDS:

@@ -14,17 +14,27 @@ import paddle
 
 from specworker.config import WorkerConfig
 from specworker.model_executor import ops
+from specworker.model_executor.layers.logprobs import LogprobsTensors, compute_logprobs
 from specworker.model_executor.layers.sampler import SamplingMetadata
 from specworker.model_executor.pre_and_post_process import gather_logit_rows, pre_process
 from specworker.spec_decode.base import Proposer
 from specworker.spec_decode.speculative_sampler import ReasoningConstraint, SpeculativeSampler, VerifyInputs
 from specworker.worker.input_batch import InputBatch, SlotRequest
 
-__all__ = ["ModelRunner", "StepOutput", "STEP_PHASES"]
+__all__ = ["ModelRunner", "StepLogprobs", "StepOutput", "STEP_PHASES"]
 
 logger = logging.getLogger(__name__)
 
 STEP_PHASES = ("pre_process", "target_forward", "sampling_verify", "update", "proposer")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class StepLogprobs:
+    """Host copies of LogprobsTensors: entry (b, j) belongs to accept_tokens[b, j]."""
+
+    token_logprobs: np.ndarray  # [N, D] float32
+    top_ids: np.ndarray  # [N, D, W] int64, most likely first
+    top_logprobs: np.ndarray  # [N, D, W] float32
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,6 +46,7 @@ class StepOutput:
     stop_flags: np.ndarray  # [N] bool: the slot stopped (eos / max_tokens) or was already empty
     seq_lens_this_time: np.ndarray  # [N] int64: L_b the step fed (1 + drafts for a decode slot)
     layout_version: int  # the slot layout these rows refer to
+    logprobs: StepLogprobs | None  # when the step was asked for logprobs
     seconds: dict  # phase -> host wall seconds (STEP_PHASES; on GPU, launch time unless synchronized)
 
 
@@ -108,9 +119,11 @@ class ModelRunner:
         self.input_batch.write_row(slot, {"seq_lens_this_time": 0, "seq_lens_encoder": 0, "is_block_step": True})
 
     # ---- the step ----
-    def step(self, token_num: int, *, all_greedy: bool = False) -> StepOutput:
+    def step(self, token_num: int, *, all_greedy: bool = False, num_logprobs: int | None = None) -> StepOutput:
         """One engine step. token_num: host bound on the packed tokens (chunk lengths + D per decode slot);
-        all_greedy: every request in the batch is greedy (host knowledge), so the sampler skips its draw.
+        all_greedy: every request in the batch is greedy (host knowledge), so the sampler skips its draw;
+        num_logprobs: the most alternatives a request of the batch asked for (None: nobody asked, and no
+        logprob is computed).
         """
         si, seconds, t0 = self.share_inputs, {}, time.perf_counter()
         meta = pre_process(
@@ -128,7 +141,11 @@ class ModelRunner:
         self.last_sampler_output = self.sampler(logits, meta, self._sampling, self._verify,
                                                 draft_probs=getattr(self.proposer, "draft_probs", None),
                                                 all_greedy=all_greedy)
-        host = self._copy_step_outputs_sync()
+        logprobs = None
+        if num_logprobs is not None:
+            logprobs = compute_logprobs(self.last_sampler_output.logits, meta.cu_seqlens_q_output,
+                                        si["accept_tokens"], num_logprobs)
+        host = self._copy_step_outputs_sync(logprobs)
         for req_id, token in self._chunk_next_token.items():  # host values -> device: an upload, no read
             si["accept_tokens"][self.input_batch.slot_of(req_id), 0] = token
         self._chunk_next_token.clear()
@@ -146,18 +163,35 @@ class ModelRunner:
         seconds.update(zip(STEP_PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)))
         return dataclasses.replace(host, seconds=seconds)
 
-    def _copy_step_outputs_sync(self) -> StepOutput:
+    def _copy_step_outputs_sync(self, logprobs: LogprobsTensors | None = None) -> StepOutput:
         """The step's one device-to-host copy: accept_tokens, accept_num, stop_flags and the step's
-        seq_lens_this_time packed in one int64 tensor; also refreshes the first three's host mirrors."""
+        seq_lens_this_time packed in one int64 tensor, followed by the logprobs when given (float32 bits
+        widened from int32); also refreshes the first three's host mirrors."""
         si = self.share_inputs
         num_slots, width = si["accept_tokens"].shape
-        packed = paddle.concat([si["accept_tokens"].reshape([-1]), si["accept_num"].astype("int64"),
-                                si["stop_flags"].astype("int64"), si["seq_lens_this_time"].astype("int64")]).numpy()
+        parts = [si["accept_tokens"].reshape([-1]), si["accept_num"].astype("int64"),
+                 si["stop_flags"].astype("int64"), si["seq_lens_this_time"].astype("int64")]
+        if logprobs is not None:
+            parts += [logprobs.top_ids.reshape([-1])] + [paddle.view(t.reshape([-1]), "int32").astype("int64")
+                                                          for t in (logprobs.token_logprobs, logprobs.top_logprobs)]
+        packed = paddle.concat([p for p in parts if p.shape[0] > 0]).numpy()
         tokens = packed[:num_slots * width].reshape(num_slots, width)
-        accept_num, stop_flags, lens = packed[num_slots * width:].reshape(3, num_slots)
+        end = num_slots * width + 3 * num_slots
+        accept_num, stop_flags, lens = packed[num_slots * width:end].reshape(3, num_slots)
         stop_flags = stop_flags.astype(bool)
         for name, value in (("accept_tokens", tokens), ("accept_num", accept_num), ("stop_flags", stop_flags)):
             mirror = si[name + "_cpu"]
             mirror.set_value(value.astype(np.dtype(str(mirror.dtype).split(".")[-1])))
+        host_logprobs = None if logprobs is None else _unpack_logprobs(packed[end:], logprobs)
         return StepOutput(accept_tokens=tokens, accept_num=accept_num, stop_flags=stop_flags,
-                          seq_lens_this_time=lens, layout_version=self.input_batch.layout_version, seconds={})
+                          seq_lens_this_time=lens, layout_version=self.input_batch.layout_version,
+                          logprobs=host_logprobs, seconds={})
+
+
+def _unpack_logprobs(section: np.ndarray, logprobs: LogprobsTensors) -> StepLogprobs:
+    """The logprob part of the packed copy: top ids, then the float32 bits of token and top logprobs."""
+    shape = tuple(logprobs.top_ids.shape)  # (N, D, W)
+    num_top, num_tokens = int(np.prod(shape)), shape[0] * shape[1]
+    bits = section[num_top:].astype(np.int32).view(np.float32)
+    return StepLogprobs(token_logprobs=bits[:num_tokens].reshape(shape[:2]),
+                        top_ids=section[:num_top].reshape(shape), top_logprobs=bits[num_tokens:].reshape(shape))

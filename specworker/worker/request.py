@@ -10,7 +10,7 @@ import enum
 from specworker.sampling_params import SamplingParams
 from specworker.spec_decode.metrics import SpecDecodeStats
 
-__all__ = ["FinishReason", "RequestOutput", "RequestState", "RequestStatus"]
+__all__ = ["FinishReason", "RequestOutput", "RequestState", "RequestStatus", "TokenLogprob"]
 
 
 class RequestStatus(enum.Enum):
@@ -23,6 +23,16 @@ class FinishReason(str, enum.Enum):
     STOP = "stop"  # an eos id or one of the request's stop_token_ids was emitted (and is included)
     LENGTH = "length"  # max_tokens generated
     ABORT = "abort"  # the engine called abort()
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class TokenLogprob:
+    """One generated token's logprob and the top alternatives of the distribution it was drawn from
+    (SamplingParams.logprobs says which distribution)."""
+
+    token_id: int
+    logprob: float  # of token_id
+    top_logprobs: dict[int, float]  # the SamplingParams.logprobs most likely ids -> logprob, most likely first
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -40,6 +50,7 @@ class RequestState:
     output_token_ids: list[int] = dataclasses.field(default_factory=list)
     finish_reason: FinishReason | None = None
     spec_stats: SpecDecodeStats | None = None  # speculative workers only
+    logprobs: list[TokenLogprob] | None = None  # one per output token when params.logprobs is set
 
     @property
     def num_prompt(self) -> int:
@@ -60,3 +71,5 @@ class RequestOutput:
     finished: bool
     finish_reason: FinishReason | None = None
     spec_stats: SpecDecodeStats | None = None  # the request's acceptance so far (speculative workers)
+    new_logprobs: list[TokenLogprob] | None = None  # one per new token (SamplingParams.logprobs set)
+    logprobs: list[TokenLogprob] | None = None  # one per output token so far

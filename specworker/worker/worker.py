@@ -15,8 +15,8 @@ from specworker.sampling_params import SamplingParams
 from specworker.spec_decode.metrics import SpecDecodeStats
 from specworker.spec_decode.speculative_sampler import ReasoningConstraint
 from specworker.worker.block_manager import BlockManager
-from specworker.worker.model_runner import STEP_PHASES, ModelRunner, StepOutput
-from specworker.worker.request import FinishReason, RequestOutput, RequestState, RequestStatus
+from specworker.worker.model_runner import STEP_PHASES, ModelRunner, StepLogprobs, StepOutput
+from specworker.worker.request import FinishReason, RequestOutput, RequestState, RequestStatus, TokenLogprob
 from specworker.worker.scheduler import Scheduler, SchedulerOutput
 
 __all__ = ["Worker"]
@@ -85,7 +85,8 @@ class Worker:
                             "a SamplingParams")
         prompt = self._check_prompt(request_id, prompt_token_ids, params)
         req = RequestState(req_id=request_id, prompt_token_ids=prompt, params=params, arrival=self._arrivals,
-                           spec_stats=SpecDecodeStats(self.k) if self.k else None)
+                           spec_stats=SpecDecodeStats(self.k) if self.k else None,
+                           logprobs=None if params.logprobs is None else [])
         need = self.scheduler.blocks_needed(req)
         if need > self.blocks.num_blocks:
             raise ValueError(f"add_request({request_id!r}): prompt + max_tokens = {len(prompt) + params.max_tokens} "
@@ -142,7 +143,9 @@ class Worker:
             raise KeyError(f"abort: request_id {request_id!r} is not queued or running")
         self._finish(req, FinishReason.ABORT)
         return RequestOutput(request_id=request_id, new_token_ids=[], output_token_ids=list(req.output_token_ids),
-                             finished=True, finish_reason=FinishReason.ABORT)
+                             finished=True, finish_reason=FinishReason.ABORT,
+                             new_logprobs=None if req.logprobs is None else [],
+                             logprobs=None if req.logprobs is None else list(req.logprobs))
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -153,8 +156,10 @@ class Worker:
         if not (plan.decode or plan.prefill):
             return []
         self._apply_plan(plan)
-        all_greedy = all(r.params.temperature < GREEDY_TEMPERATURE for r in self.scheduler.running)
-        out = self.runner.step(plan.token_num, all_greedy=all_greedy)
+        running = [r.params for r in self.scheduler.running]
+        all_greedy = all(p.temperature < GREEDY_TEMPERATURE for p in running)
+        num_logprobs = max((p.logprobs for p in running if p.logprobs is not None), default=None)
+        out = self.runner.step(plan.token_num, all_greedy=all_greedy, num_logprobs=num_logprobs)
         self.num_steps += 1
         for phase, seconds in out.seconds.items():
             self.phase_seconds[phase] += seconds
@@ -190,11 +195,16 @@ class Worker:
                 self.spec_stats.observe(num_drafted, len(emitted))
             new, reason = self._cut(req, emitted, bool(out.stop_flags[slot]))
             req.output_token_ids.extend(new)
+            new_logprobs = None
+            if req.logprobs is not None:
+                new_logprobs = _token_logprobs(out.logprobs, slot, new, req.params.logprobs)
+                req.logprobs.extend(new_logprobs)
             if reason is not None:
                 self._finish(req, reason)
             outputs.append(RequestOutput(request_id=req.req_id, new_token_ids=new,
                                          output_token_ids=list(req.output_token_ids), finished=reason is not None,
-                                         finish_reason=reason, spec_stats=req.spec_stats))
+                                         finish_reason=reason, spec_stats=req.spec_stats, new_logprobs=new_logprobs,
+                                         logprobs=None if req.logprobs is None else list(req.logprobs)))
         return outputs
 
     def _cut(self, req: RequestState, emitted: list[int], stopped: bool):
@@ -219,3 +229,11 @@ class Worker:
         self.scheduler.remove(req)
         req.finish_reason = reason
         del self.requests[req.req_id]
+
+
+def _token_logprobs(host: StepLogprobs, slot: int, tokens: list[int], num: int) -> list[TokenLogprob]:
+    """TokenLogprobs of the slot's emitted tokens (entry j belongs to tokens[j]), top-num alternatives each."""
+    return [TokenLogprob(token_id=t, logprob=float(host.token_logprobs[slot, j]),
+                         top_logprobs=dict(zip(host.top_ids[slot, j, :num].tolist(),
+                                               host.top_logprobs[slot, j, :num].tolist())))
+            for j, t in enumerate(tokens)]

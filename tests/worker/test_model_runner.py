@@ -29,10 +29,10 @@ def test_model_runner_step_reads_device_values_once(name, monkeypatch):
     copies = []
     original = ModelRunner._copy_step_outputs_sync
 
-    def counted(self):
+    def counted(self, *args):
         copies.append(worker.num_steps)
         with allow_host_reads():
-            return original(self)
+            return original(self, *args)
 
     monkeypatch.setattr(ModelRunner, "_copy_step_outputs_sync", counted)
     steps = 0
