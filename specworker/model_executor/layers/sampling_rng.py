@@ -38,6 +38,11 @@ def _low32(x: paddle.Tensor) -> paddle.Tensor:
     return paddle.bitwise_and(x, paddle.full_like(x, MASK32))
 
 
+def _shift_right(x: paddle.Tensor, amount: int) -> paddle.Tensor:
+    # A tensor shift amount: Paddle 3.3.1 leaks one Python list per `tensor >> int` (issue 16).
+    return paddle.bitwise_right_shift(x, paddle.full_like(x, amount))
+
+
 def hash32(x: paddle.Tensor) -> paddle.Tensor:
     """The 32-bit mixer above, elementwise.
 
@@ -46,11 +51,11 @@ def hash32(x: paddle.Tensor) -> paddle.Tensor:
     Returns:
         int64 tensor of the same shape, values in [0, 2**32).
     """
-    x = paddle.bitwise_xor(x, x >> 16)
+    x = paddle.bitwise_xor(x, _shift_right(x, 16))
     x = _low32(x * MUL_1)  # < 2**32 * 2**31
-    x = paddle.bitwise_xor(x, x >> 15)
+    x = paddle.bitwise_xor(x, _shift_right(x, 15))
     x = _low32(x * MUL_2)
-    return paddle.bitwise_xor(x, x >> 15)
+    return paddle.bitwise_xor(x, _shift_right(x, 15))
 
 
 def counter_bits(seed: paddle.Tensor, counter: paddle.Tensor) -> paddle.Tensor:
