@@ -152,7 +152,7 @@ def test_draft_model_update_random_rounds_match_reference(bsz, kind):
          r"cu_seqlens_q_output has shape \[4, 1\], expected \[bsz \+ 1\] = \[4\]"),
         ("not_need_stop", np.array([True, True]), r"not_need_stop has shape \[2\], expected \[1\]"),
         ("draft_tokens", np.zeros((2, 3), np.int64), r"draft_tokens has shape \[2, 3\], expected at least bsz = 3"),
-        ("inter_next_tokens", np.zeros((9, 2), np.int64), r"inter_next_tokens has shape \[9, 2\], expected a 1-D"),
+        ("inter_next_tokens", np.zeros((9, 2, 1), np.int64), r"inter_next_tokens has shape \[9, 2, 1\], expected a 1-D"),
         ("max_dec_len", np.array([100, 100, 100], np.int32), "max_dec_len has dtype int32, expected int64"),
         ("substep", 3, r"substep = 3 writes base_model_draft_tokens\[:, 4\].*expected 0 <= substep < 3"),
         ("substep", -1, r"substep = -1 .*expected 0 <= substep < 3"),

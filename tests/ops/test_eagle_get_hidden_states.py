@@ -209,7 +209,7 @@ BAD_INPUTS = [
          r"seq_lens_encoder has 2 slots \(shape \[2\]\), expected bsz = 3"),
     _bad("decoder_int64", rows(7), {"seq_lens_decoder": np.zeros(3, np.int64)},
          r"seq_lens_decoder has dtype int64, expected int32"),
-    _bad("stop_flags_int32", rows(7), {"stop_flags": np.zeros(3, np.int32)}, r"stop_flags has dtype int32, expected bool"),
+    _bad("stop_flags_float32", rows(7), {"stop_flags": np.zeros(3, np.float32)}, r"stop_flags has dtype float32, expected bool"),
     _bad("accept_num_wrong_slots", rows(7), {"accept_num": np.zeros(4, np.int32)},
          r"accept_num has 4 slots \(shape \[4\]\), expected bsz = 3"),
     _bad("target_lens_int64", rows(7), {"target_model_seq_lens_this_time": np.zeros(3, np.int64)},

@@ -28,6 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 WRAPPERS = {name: getattr(ops, name) for name in ops.__all__ if hasattr(getattr(ops, name), "tensor_params")}
 REQUIRED = [(op, arg) for op, w in WRAPPERS.items() for arg, required in w.tensor_params.items() if required]
 OPTIONAL = [(op, arg) for op, w in WRAPPERS.items() for arg, required in w.tensor_params.items() if not required]
+# Inputs the C++ op requires but the wrapper fills when given None (a FastDeploy form without them).
+FILLED = [(op, arg) for op, w in WRAPPERS.items() for arg in getattr(w, "filled_when_none", ())]
 MULTI_TENSOR = [(op, arg) for op, w in WRAPPERS.items() if len(w.tensor_params) > 1 for arg in w.tensor_params]
 HOST_DUMMIES = {"int": 1, "bool": False, "float": 1.0, "str": "x"}
 
@@ -57,7 +59,8 @@ def test_every_registered_op_has_a_checked_wrapper():
     for op, wrapper in WRAPPERS.items():
         assert wrapper.op_name == op
         inputs, _, _ = parse_op_info(op)
-        cpp = [(name.split("@")[0], "@OPTIONAL" not in name) for name in inputs]
+        cpp = [(name.split("@")[0], "@OPTIONAL" not in name and (op, name.split("@")[0]) not in FILLED)
+               for name in inputs]
         assert list(wrapper.tensor_params.items()) == cpp, op
 
 
@@ -129,10 +132,10 @@ def raw_probe() -> dict:
 def test_raw_op_probe_ran_every_case(raw_probe):
     assert raw_probe["finished"] and raw_probe["returncode"] == 0, (
         f"probe process died (exit {raw_probe['returncode']}):\n{raw_probe['stderr']}")
-    assert {(op, arg) for op, arg, _ in raw_probe["results"]} == set(REQUIRED)
+    assert {(op, arg) for op, arg, _ in raw_probe["results"]} == set(REQUIRED + FILLED)
 
 
-@pytest.mark.parametrize("op, arg", REQUIRED)
+@pytest.mark.parametrize("op, arg", REQUIRED + FILLED)
 def test_raw_op_rejects_a_missing_required_input(op, arg, raw_probe):
     """The registered op itself (no wrapper) raises on None or an uninitialised tensor instead of
     segfaulting: every C++ op checks its required inputs first (op_checks.h CheckGiven)."""

@@ -172,7 +172,7 @@ ERRORS = [
     ("temperatures f64", lambda c: setattr(c, "temperatures", c.temperatures.astype(np.float64)), "temperatures has dtype float64, expected float32"),
     ("cu int64", lambda c: setattr(c, "cu_seqlens_q_output", c.cu_seqlens_q_output.astype(np.int64)), "cu_seqlens_q_output has dtype int64, expected int32"),
     ("logits 1-D", lambda c: setattr(c, "logits", c.logits.reshape(-1)), r"logits has shape \[40\], expected a 2-D tensor"),
-    ("cu bsz", lambda c: setattr(c, "cu_seqlens_q_output", c.cu_seqlens_q_output[:3]), r"cu_seqlens_q_output has shape \[3\], expected \[bsz \+ 1\] = \[4\]"),
+    ("cu bsz - 1", lambda c: setattr(c, "cu_seqlens_q_output", c.cu_seqlens_q_output[:2]), r"cu_seqlens_q_output has shape \[2\], expected \[bsz \+ 1\] = \[4\]"),
     ("cu column", lambda c: setattr(c, "cu_seqlens_q_output", c.cu_seqlens_q_output.reshape(-1, 1)), r"cu_seqlens_q_output has shape \[4, 1\], expected \[bsz \+ 1\] = \[4\]"),
     ("alpha N+1", lambda c: setattr(c, "penalty_scores", np.ones(4, np.float32)), r"penalty_scores has 4 slots \(shape \[4\]\), expected bsz = 3"),
     ("bad_tokens rows", lambda c: setattr(c, "bad_tokens", c.bad_tokens[:2]), r"bad_tokens has shape \[2, 2\], expected \[N = 3, W\]"),

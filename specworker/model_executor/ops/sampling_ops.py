@@ -7,6 +7,7 @@ from typing import NamedTuple
 import paddle
 
 from specworker.model_executor.ops._extension import _run, op_wrapper
+from specworker.model_executor.ops.state_ops import cu_with_total
 
 
 class TopPCandidatesOutput(NamedTuple):
@@ -107,7 +108,8 @@ def reasoning_phase_token_constraint(
         allowed_tokens: [A] int64 ids the constrained row may take (ERNIE: <tool_call>, <response>).
         reasoning_status: [N] (or [N, 1]) int32, updated in place.
         batch_id_per_token_output: [>= rows] int32 slot of each row, -1 past T_out.
-        cu_seqlens_q_output: [bsz + 1] int32 exclusive prefix sum of the rows per slot.
+        cu_seqlens_q_output: [bsz + 1] int32 exclusive prefix sum of the rows per slot
+            (FastDeploy's [bsz] slot starts are accepted too).
         enable_thinking: [N] (or [N, 1]) bool.
         think_end_id, line_break_id: token ids of "</think>" and "\n".
     Raises:
@@ -124,6 +126,7 @@ def reasoning_phase_token_constraint(
     for name, value in (("think_end_id", think_end_id), ("line_break_id", line_break_id)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"reasoning_phase_token_constraint: {name} must be a host int, got {type(value).__name__}")
+    cu_seqlens_q_output = _full_cu(cu_seqlens_q_output, seq_lens_this_time.shape[0], logits.shape[0])
     _run(
         "reasoning_phase_token_constraint",
         logits,
@@ -140,6 +143,15 @@ def reasoning_phase_token_constraint(
         int(think_end_id),
         int(line_break_id),
     )
+
+
+def _full_cu(cu_seqlens_q_output: paddle.Tensor, bsz: int, rows: int) -> paddle.Tensor:
+    """FastDeploy's [bsz] cu_seqlens_q_output (slot starts) -> [bsz + 1], closed with the logits
+    row count `rows` on the device; a [bsz + 1] one is returned as is. These ops read cu[b] as a
+    slot's first row and cu[bsz] only as a bound (<= rows), so the two forms give equal outputs."""
+    if cu_seqlens_q_output.ndim == 1 and cu_seqlens_q_output.shape[0] == bsz and bsz > 0:
+        return cu_with_total(cu_seqlens_q_output, paddle.full_like(cu_seqlens_q_output[:1], rows))
+    return cu_seqlens_q_output
 
 
 VERIFY_STRATEGIES = ("topp", "greedy", "target_match", "rejection")
@@ -287,7 +299,8 @@ def speculate_get_token_penalty_multi_scores(
         eos_token_id: [E] (or [E, 1]) int64.
         seq_lens_this_time: [bsz] int32 (only bsz <= N is used).
         batch_id_per_token_output: [capacity >= logits rows] int32 slot per row, -1 past T_out.
-        cu_seqlens_q_output: [bsz + 1] int32 exclusive prefix sum of the rows per slot.
+        cu_seqlens_q_output: [bsz + 1] int32 exclusive prefix sum of the rows per slot
+            (FastDeploy's [bsz] slot starts are accepted too).
         max_seq_len: legacy FastDeploy attribute, ignored.
         draft_tokens: [ours] optional [N, D] int64 (column 0 = last accepted token, then drafts).
     Returns:
@@ -303,6 +316,7 @@ def speculate_get_token_penalty_multi_scores(
     draft_tokens[0] = [7, 9, -1], alpha 1, beta 0.5, gamma 0, temperature 1: row 0 subtracts
     2 * 0.5 from logit 7; row 1 (conditioned on draft 9) also subtracts 0.5 from logit 9.
     """
+    cu_seqlens_q_output = _full_cu(cu_seqlens_q_output, seq_lens_this_time.shape[0], logits.shape[0])
     _run(
         "speculate_get_token_penalty_multi_scores",
         pre_ids,

@@ -21,7 +21,7 @@ def speculate_update(
     stop_flags: paddle.Tensor,
     seq_lens_this_time: paddle.Tensor,
     is_block_step: paddle.Tensor,
-    stop_nums: paddle.Tensor,
+    stop_nums: paddle.Tensor | None = None,
     mask_rollback: paddle.Tensor | None = None,
 ) -> None:
     """Commits one verified step to the per-slot state, in place (FastDeploy argument order).
@@ -48,6 +48,8 @@ def speculate_update(
         seq_lens_this_time: [bsz] (or [bsz, 1]) int32, L_b of the step just verified (read only).
         is_block_step: [N] (or [N, 1]) bool, paused (preempted) slots.
         stop_nums: [1] int64, the stopped-slot count at which not_need_stop becomes False.
+            None (FastDeploy's form without it): N, the value FastDeploy always fills it with
+            (not_need_stop = some slot still runs); made on the device, no host sync.
         mask_rollback: optional [N] (or [N, 1]) int32, updated in place: L - n on running
             decode slots (draft KV entries to discard), 0 on prefill and stopped slots.
     Returns:
@@ -63,11 +65,17 @@ def speculate_update(
         -> E [0, 0, 0], Dec [4, 12, 0], draft_tokens[:, 0] = [7, 22, unchanged],
            actual [2, 1, 2], not_need_stop [True].
     """
+    if stop_nums is None:
+        stop_nums = paddle.full_like(not_need_stop.reshape([-1])[:1], stop_flags.shape[0], dtype="int64")
     _run(
         "speculate_update", seq_lens_encoder, seq_lens_decoder, not_need_stop, draft_tokens,
         actual_draft_token_nums, accept_tokens, accept_num, stop_flags, seq_lens_this_time,
         is_block_step, stop_nums, mask_rollback,
     )
+
+
+# Inputs the C++ op requires but the wrapper fills when None (FastDeploy forms; tests/ops/test_op_arguments.py).
+speculate_update.filled_when_none = ("stop_nums",)
 
 
 @op_wrapper
@@ -205,6 +213,12 @@ def draft_model_preprocess(
     )
 
 
+def cu_with_total(starts: paddle.Tensor, total: paddle.Tensor) -> paddle.Tensor:
+    """FastDeploy's [bsz] cu_seqlens_q_output (each slot's first output row) as our [bsz + 1]
+    prefix sum: `total` ([1], the output row count) appended, on the device (no host sync)."""
+    return paddle.concat([starts.astype("int32"), total.reshape([1]).astype("int32")])
+
+
 class EagleHiddenStatesOutput(NamedTuple):
     """eagle_get_hidden_states's outputs; unpacks like FastDeploy's two."""
 
@@ -236,6 +250,7 @@ def eagle_get_hidden_states(
         input: [T, H] float32/float16/bfloat16, the target's packed hidden states.
         seq_lens_this_time, seq_lens_encoder: [bsz] int32, draft L and E after draft_model_preprocess.
         seq_lens_decoder: [bsz] int32, stop_flags: [bsz] bool; unused (FastDeploy's signature).
+            An integer stop_flags (FastDeploy's tests pass int32) is cast to bool on the device.
         accept_num: [bsz] int32.
         target_model_seq_lens_this_time: [bsz] int32, the target's L of the step just finished.
         target_model_seq_lens_encoder: [bsz] int32, unused (FastDeploy's signature).
@@ -254,6 +269,8 @@ def eagle_get_hidden_states(
         (slot 0 prefill, slot 1 decode that accepted one draft, slot 2 draft stopped)
         -> out rows [h0, h1, h2, h3, h4, 0, 0], output_token_num [5].
     """
+    if stop_flags.dtype in (paddle.int32, paddle.int64):
+        stop_flags = paddle.cast(stop_flags, "bool")
     out, count = _run(
         "eagle_get_hidden_states", input, seq_lens_this_time, seq_lens_encoder, seq_lens_decoder, stop_flags,
         accept_num, target_model_seq_lens_this_time, target_model_seq_lens_encoder,
@@ -293,12 +310,15 @@ def draft_model_update(
     slot still running, written on the device.
 
     Args:
-        inter_next_tokens: [rows] (or [rows, 1]) int64 draft token per output row.
+        inter_next_tokens: [rows] (or [rows, 1]) int64 draft token per output row; FastDeploy's
+            2-D padded buffer [n, m] (m > 1) is read flattened, row r = element r.
         draft_tokens: [N, D] int64 draft input tokens (N >= bsz), column 0 written.
         pre_ids: [N, S] int64 draft history.
         seq_lens_this_time, seq_lens_encoder, seq_lens_decoder: [bsz] (or [bsz, 1]) int32.
         step_idx: [bsz] int64. max_dec_len: [bsz] int64. stop_flags: [bsz] bool.
-        cu_seqlens_q_output: [bsz + 1] int32, slot b owns rows [cu[b], cu[b + 1]).
+        cu_seqlens_q_output: [bsz + 1] int32, slot b owns rows [cu[b], cu[b + 1]). FastDeploy's
+            [bsz] form (slot starts only) is completed on the device with the last slot's row
+            count (1 for a prefill, else L), as speculate_get_seq_lens_output counts rows.
         not_need_stop: [1] bool on the same device as the other inputs.
         end_ids: [E] int64, accepted for FastDeploy compatibility, not read.
         base_model_draft_tokens: [N, D_target] int64, the target's draft_tokens.
@@ -313,6 +333,14 @@ def draft_model_update(
         max_dec_len [100, 100, 100] -> base_model_draft_tokens[:, 1] = [71, -1, 90],
         seq_lens_this_time [1, 0, 1], step_idx [7, 9, 1], not_need_stop [True].
     """
+    if inter_next_tokens.ndim == 2 and inter_next_tokens.shape[1] != 1:
+        inter_next_tokens = inter_next_tokens.reshape([-1])
+    bsz = seq_lens_this_time.shape[0]
+    if cu_seqlens_q_output.ndim == 1 and cu_seqlens_q_output.shape[0] == bsz and bsz > 0:
+        last_len = seq_lens_this_time.reshape([-1])[bsz - 1:bsz]
+        last_rows = paddle.where(seq_lens_encoder.reshape([-1])[bsz - 1:bsz] > 0, paddle.ones_like(last_len),
+                                 last_len.clip(min=0))
+        cu_seqlens_q_output = cu_with_total(cu_seqlens_q_output, cu_seqlens_q_output[bsz - 1:] + last_rows)
     _run(
         "draft_model_update",
         inter_next_tokens,
