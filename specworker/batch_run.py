@@ -88,17 +88,17 @@ def _jsonl_prompt(path, line_no: int, line: str) -> str:
 
 
 def load_worker(config: WorkerConfig, *, source: str = "config"):
-    """A Worker for config. Raises UserError for `device: gpu` without a CUDA build of Paddle and for
-    weights that cannot be loaded (missing or malformed checkpoint files)."""
-    import paddle
+    """A Worker for config. Raises UserError for `device: gpu` without a CUDA build of Paddle, for KV caches
+    larger than the available memory, and for weights that cannot be loaded (missing or malformed checkpoint files)."""
+    from specworker.worker.model_loading import ResourceError
+    from specworker.worker.worker import Worker, device_error
 
-    from specworker.worker.worker import Worker
-
-    if config.device == "gpu" and not paddle.is_compiled_with_cuda():
-        raise UserError(f"{source}: device = 'gpu', but this Paddle ({paddle.__version__}) is a CPU-only build; "
-                        "allowed: device: cpu, or install paddlepaddle-gpu (README: GPU install)")
+    if (why := device_error(config.device)) is not None:
+        raise UserError(f"{source}: {why}")
     try:
         return Worker(config)
+    except ResourceError as err:  # the KV caches do not fit in the available memory
+        raise UserError(f"{source}: {err}") from None
     except (FileNotFoundError, ValueError) as err:  # load_target / load_mtp's documented errors
         raise UserError(f"{source}: cannot load the model weights: {err}") from None
 

@@ -6,11 +6,20 @@ from __future__ import annotations
 
 import dataclasses
 
+import paddle
+
 from specworker.config import WorkerConfig
 from specworker.spec_decode.base import NaiveProposer, Proposer
 from specworker.tokenizer import EOS_TOKEN_ID
 
-__all__ = ["WorkerParts", "build_model_and_proposer"]
+__all__ = ["KV_BYTES_PER_ELEMENT", "ResourceError", "WorkerParts", "available_memory", "build_model_and_proposer",
+           "check_kv_cache_fits", "kv_cache_bytes"]
+
+KV_BYTES_PER_ELEMENT = 4  # float32 caches
+
+
+class ResourceError(ValueError):
+    """The config asks for more device memory than is available (raised before allocating)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -20,6 +29,41 @@ class WorkerParts:
     proposer: Proposer
     vocab_size: int
     eos_token_ids: list[int]
+
+
+def kv_cache_bytes(config: WorkerConfig, arch) -> int:
+    """Bytes of the target's KV cache plus the MTP draft's (one layer), k and v, float32."""
+    s = config.scheduler
+    layers = arch.num_layers + (1 if config.speculative_config.method == "mtp" else 0)
+    return s.num_blocks * s.block_size * arch.num_kv_heads * arch.head_dim * 2 * layers * KV_BYTES_PER_ELEMENT
+
+
+def available_memory(place) -> int | None:
+    """Free bytes where the KV cache goes: MemAvailable of /proc/meminfo on CPU, the device's free memory on
+    GPU (paddle.device.cuda.mem_get_info). None when this platform does not say."""
+    if isinstance(place, paddle.CUDAPlace):
+        mem_get_info = getattr(paddle.device.cuda, "mem_get_info", None)
+        return None if mem_get_info is None else int(mem_get_info(place.get_device_id())[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_kv_cache_fits(config: WorkerConfig, arch, place) -> None:
+    """Raises ResourceError naming scheduler.num_blocks when the KV caches need more than available_memory."""
+    need, free = kv_cache_bytes(config, arch), available_memory(place)
+    if free is not None and need > free:
+        s = config.scheduler
+        per_block = need // s.num_blocks
+        raise ResourceError(f"scheduler.num_blocks = {s.num_blocks}: the KV caches need {need} bytes "
+                            f"({per_block} per block), but only {free} bytes are available on "
+                            f"{'gpu' if isinstance(place, paddle.CUDAPlace) else 'cpu'}; allowed: "
+                            f"num_blocks <= {free // per_block}")
 
 
 def build_model_and_proposer(config: WorkerConfig, place, *, model=None, proposer=None) -> WorkerParts:
@@ -37,6 +81,7 @@ def build_model_and_proposer(config: WorkerConfig, place, *, model=None, propose
                          f"({config.speculative_config.max_draft_token_num}) positions reach {need}, past the model's "
                          f"{arch.max_position} rotary positions (max_position_embeddings); allowed: "
                          f"max_model_len <= {arch.max_position - config.speculative_config.max_draft_token_num}")
+    check_kv_cache_fits(config, arch, place)
     kv_cache = model.new_kv_cache(config.scheduler.num_blocks, config.scheduler.block_size, place)
     if proposer is None:
         if config.speculative_config.method == "ngram":

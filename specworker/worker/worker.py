@@ -19,12 +19,22 @@ from specworker.worker.model_runner import STEP_PHASES, ModelRunner, StepLogprob
 from specworker.worker.request import FinishReason, RequestOutput, RequestState, RequestStatus, TokenLogprob
 from specworker.worker.scheduler import Scheduler, SchedulerOutput
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "device_error"]
 
 logger = logging.getLogger(__name__)
 
 
+def device_error(device: str) -> str | None:
+    """Why `device` cannot be used with this Paddle build (None: it can)."""
+    if device == "gpu" and not paddle.is_compiled_with_cuda():
+        return (f"device = 'gpu', but this Paddle ({paddle.__version__}) is a CPU-only build; "
+                "allowed: device: cpu, or install paddlepaddle-gpu (README: GPU install)")
+    return None
+
+
 def _place(device: str):
+    if (why := device_error(device)) is not None:
+        raise ValueError(why)
     return paddle.CUDAPlace(0) if device == "gpu" else paddle.CPUPlace()
 
 
