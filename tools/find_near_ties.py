@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specworker.config import ModelConfig  # noqa: E402
+from specworker.hf_tokenizer import load_tokenizer  # noqa: E402
 from specworker.model_executor.models.checkpoint import load_target  # noqa: E402
 from specworker.model_executor.pre_and_post_process import pre_process  # noqa: E402
 from specworker.tokenizer import EOS_TOKEN_ID, ByteTokenizer  # noqa: E402
@@ -75,7 +76,7 @@ def scan(model, prompts: list[list[int]], steps: int) -> list[tuple[int, int, fl
             records.append((b, step, float(top2[1] - top2[0]), list(out_tokens[b])))
             token = int(logits[b].argmax())
             out_tokens[b].append(token)
-            done[b] |= token == EOS_TOKEN_ID
+            done[b] |= token in getattr(model, "eos_token_ids", [EOS_TOKEN_ID])
     return records
 
 
@@ -85,9 +86,12 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--steps", type=int, default=96)
     parser.add_argument("--max-gap", type=float, default=1e-4)
+    parser.add_argument("--model", default="builtin:tiny", help="builtin:tiny or a Hugging Face checkpoint dir")
+    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    model = load_target(ModelConfig())
-    tok, rng = ByteTokenizer(), np.random.default_rng(0)
+    model = load_target(ModelConfig(path=args.model))
+    rng = np.random.default_rng(0)
+    tok = ByteTokenizer() if args.model.startswith("builtin:") else load_tokenizer(args.model)
     cases, seen = [], 0
     for _ in range(args.batches):
         texts = _windows(rng, args.prompts, int(rng.integers(8, 24)))
@@ -100,10 +104,11 @@ def main() -> None:
     for c in sorted(cases, key=lambda c: c["gap"]):  # the same window can be drawn twice: keep one
         unique.setdefault(tuple(c["prompt_token_ids"]), c)
     cases = list(unique.values())
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps({"model": "builtin:tiny", "max_gap": args.max_gap, "steps_scanned": seen,
-                               "cases": cases}, indent=1) + "\n")
-    print(f"{len(cases)} steps with top-2 gap < {args.max_gap} out of {seen} scanned -> {OUT}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    name = args.model if args.model.startswith("builtin:") else Path(args.model).name
+    args.out.write_text(json.dumps({"model": name, "max_gap": args.max_gap, "steps_scanned": seen,
+                                    "cases": cases}, indent=1) + "\n")
+    print(f"{len(cases)} steps with top-2 gap < {args.max_gap} out of {seen} scanned -> {args.out}")
 
 
 if __name__ == "__main__":
