@@ -91,7 +91,9 @@ def load_target(model_config: ModelConfig, place=None) -> LlamaModel:
     model = LlamaModel(arch)
     _load_state(model, model_dir / TARGET_FILE)
     model.eval()
-    return model.to_place(place or paddle.CPUPlace())
+    model.to_place(place or paddle.CPUPlace())
+    model.pack_weights()
+    return model
 
 
 def draft_file(path_or_builtin: str) -> Path:
@@ -114,6 +116,7 @@ def load_mtp(path_or_builtin: str, target: LlamaModel, place=None) -> MTPDraft:
     _load_state(draft, draft_file(path_or_builtin))
     draft.eval()
     draft.to(place or paddle.CPUPlace())
+    draft.pack_weights()
     return draft
 
 

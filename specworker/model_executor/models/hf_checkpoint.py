@@ -182,7 +182,9 @@ def load_hf_target(model_dir: str | Path, place=None, *, info: HFModelInfo | Non
                            (arch.tie_word_embeddings and name == "lm_head.weight"))
     model.eos_token_ids = info.eos_token_ids
     model.eval()
-    return model.to_place(place or paddle.CPUPlace())
+    model.to_place(place or paddle.CPUPlace())
+    model.pack_weights()
+    return model
 
 
 def load_hf_mtp(model_dir: str | Path, target: LlamaModel, place=None) -> MTPDraft:
@@ -215,4 +217,5 @@ def load_hf_mtp(model_dir: str | Path, target: LlamaModel, place=None) -> MTPDra
     _fill(draft, values, f"{model_dir} MTP layer")
     draft.eval()
     draft.to(place or paddle.CPUPlace())
+    draft.pack_weights()
     return draft
