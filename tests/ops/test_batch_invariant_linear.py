@@ -309,9 +309,10 @@ except ValueError as e:
 np.savez(sys.argv[2], **outs)
 """
 # Row counts 1..5 cover every row-tile remainder, 16 / 17 a row-block edge; N covers full tiles,
-# masked / scalar tails and (N % 32 == 0) the float32 and bfloat16 panels.
+# masked / scalar tails and (N % 32 == 0) the float32 and bfloat16 panels. (256, 416) is big enough
+# (416 KiB of float32 weights) for the op to split it between threads at every M.
 _PATH_SHAPES = [(M, K, N, 100 * M + N) for M in (1, 2, 3, 4, 5, 17, 64)
-                for K, N in ((7, 1), (129, 259), (128, 384), (5, 23), (33, 96))]
+                for K, N in ((7, 1), (129, 259), (128, 384), (5, 23), (33, 96), (256, 416))]
 
 
 def _run_path(isa: str, tmp_path: Path, threads: str | None = None) -> subprocess.CompletedProcess:
@@ -365,6 +366,24 @@ def test_batch_invariant_linear_thread_count_changes_no_bit(tmp_path):
         assert proc.returncode == 0, f"SPECWORKER_LINEAR_THREADS={threads} failed:\n{proc.stdout}\n{proc.stderr[-3000:]}"
         results[f"threads={threads}"] = np.load(tmp_path / f"auto-{threads}.npz")
     _check_path_results(results)
+
+
+@pytest.mark.parametrize("layout", ["plain", "panels", "panels_bf16"])
+def test_batch_invariant_linear_threaded_calls_repeat_their_bits(layout):
+    """Many back-to-back calls that the pool splits between threads (576 x 4096: 9 MB of weights) all
+    give the documented bits: no unit of work is lost or run twice, whatever the threads' timing."""
+    rng = np.random.default_rng(21)
+    _, w, b = _inputs(rng, 0, 576, 4096, True)
+    weight = paddle.to_tensor(w) if layout == "plain" else pack_linear_weight(
+        paddle.to_tensor(w), "bfloat16" if layout == "panels_bf16" else "float32")
+    values = ref_bf16_round(w) if layout == "panels_bf16" else w
+    for M in (1, 4, 5, 12, 33):
+        x = rng.standard_normal((M, 576)).astype(np.float32)
+        want = ref_batch_invariant_linear_fp32_order(x, values, b)
+        xt, bt = paddle.to_tensor(x), paddle.to_tensor(b)
+        for call in range(40):
+            got = batch_invariant_linear(xt, weight, bt).numpy()
+            assert_same_bits(got, want, f"M={M}, call {call}")
 
 
 @pytest.mark.parametrize("threads", ["0", "two", "257"])

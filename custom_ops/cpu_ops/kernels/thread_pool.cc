@@ -31,13 +31,36 @@ namespace {
 constexpr int kDefaultMaxThreads = 8;
 constexpr int kMaxThreads = 256;
 // How long an idle worker polls before it sleeps: a model step calls the op every few tens of
-// microseconds, so workers stay awake through a step and sleep between steps.
+// microseconds, so workers stay awake through a step and sleep between steps. After kPauseSpin of
+// plain polling, a poller yields between polls: on a shared machine the thread it waits for (or
+// another process) may be queued on the same core, and a pure spin would hold that core.
 constexpr std::chrono::microseconds kSpin(200);
+constexpr std::chrono::microseconds kPauseSpin(20);
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
 #endif
+}
+
+// Polls ready() until it holds or `limit` has passed; returns whether it held.
+template <typename Ready>
+bool Poll(Ready ready, std::chrono::microseconds limit) {
+  const auto start = std::chrono::steady_clock::now();
+  bool yielding = false;
+  for (int i = 1;; ++i) {
+    if (ready()) return true;
+    if (yielding) {
+      sched_yield();
+    } else {
+      CpuRelax();
+    }
+    if (i % 64 == 0) {
+      const auto waited = std::chrono::steady_clock::now() - start;
+      if (waited > limit) return false;
+      yielding = waited > kPauseSpin;
+    }
+  }
 }
 
 struct ThreadCount {
@@ -105,7 +128,9 @@ class Pool {
     }
     RunUnits();
     const int joined = static_cast<int>(job_.fetch_or(kClosed) & kCountMask);
-    while (done_.load(std::memory_order_acquire) < joined) CpuRelax();
+    const auto finished = [&] { return done_.load(std::memory_order_acquire) >= joined; };
+    while (!Poll(finished, std::chrono::seconds(1))) {  // (no duration::max(): it overflows in nanoseconds)
+    }
     return true;
   }
 
@@ -132,13 +157,8 @@ class Pool {
   }
 
   uint64_t WaitForJob(uint64_t seen) {
-    const auto deadline = std::chrono::steady_clock::now() + kSpin;
-    for (int i = 1;; ++i) {
-      const uint64_t job = job_.load(std::memory_order_acquire);
-      if ((job >> 32) != seen) return job;
-      CpuRelax();
-      if (i % 64 == 0 && std::chrono::steady_clock::now() > deadline) break;
-    }
+    const auto fresh = [&] { return (job_.load(std::memory_order_acquire) >> 32) != seen; };
+    if (Poll(fresh, kSpin)) return job_.load(std::memory_order_acquire);
     std::unique_lock<std::mutex> lock(sleep_mutex_);
     sleeping_.fetch_add(1);  // seq_cst, before the predicate check: see TryRun
     wake_.wait(lock, [&] { return (job_.load() >> 32) != seen; });
