@@ -137,7 +137,7 @@ class LlamaModel(PackedWeights, paddle.nn.Layer):
         """
         token_num = ids_remove_padding.shape[0]
         x = self.embed(ids_remove_padding)  # [token_num, H]
-        cos, sin = self.rotary.tables(token_positions(meta, token_num))
+        cos, sin = self.rotary.factors(token_positions(meta, token_num))  # [token_num, 1, head_dim] each
         for i, layer in enumerate(self.layers):
             key_cache, value_cache = kv_cache.layer(i)
             x = layer(x, cos, sin, meta, key_cache, value_cache, block_tables)

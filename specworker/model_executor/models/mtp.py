@@ -80,7 +80,7 @@ class MTPDraft(PackedWeights, paddle.nn.Layer):
         token_num = ids.shape[0]
         fused = paddle.concat([self.enorm(self.target.embed(ids)), self.hnorm(prev_hidden)], axis=-1)
         x = ops.batch_invariant_linear(fused, self.linear_weight("eh_proj"))  # [token_num, H]
-        cos, sin = self.target.rotary.tables(token_positions(meta, token_num))
+        cos, sin = self.target.rotary.factors(token_positions(meta, token_num))
         key_cache, value_cache = kv_cache.layer(0)
         return self.layer(x, cos, sin, meta, key_cache, value_cache, block_tables)
 
