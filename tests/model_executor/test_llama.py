@@ -9,7 +9,7 @@ import paddle
 import pytest
 
 from specworker.model_executor.layers.rms_norm import RMSNorm
-from specworker.model_executor.layers.rotary import RotaryEmbedding, apply_rotary
+from specworker.model_executor.layers.rotary import RotaryEmbedding, apply_rotary, apply_rotary_factors
 from specworker.model_executor.models.llama import LlamaArch, LlamaModel, token_positions
 from specworker.model_executor.pre_and_post_process import pre_process
 from tests.sync_guard import forbid_host_reads
@@ -201,3 +201,16 @@ def test_rotary_scores_depend_only_on_offset():
     assert score(10, 7) == pytest.approx(score(33, 30), abs=1e-5)
     assert score(10, 7) != pytest.approx(score(10, 8), abs=1e-3)
     assert score(0, 0) == pytest.approx(float((q * k).sum()), abs=1e-6)
+
+
+def test_rotary_factors_give_apply_rotary_bits():
+    """The inference path's four-op rotation (x * [c, c] + roll(x) * [-s, s]) has the bits of the
+    half-split formula at every position and head (large and odd values included)."""
+    rope = RotaryEmbedding(64, 10000.0, 4096)
+    rng = np.random.default_rng(2)
+    positions = _t(np.array([0, 1, 7, 100, 4095, 5000], np.int32))  # 5000 is clamped to 4095
+    x = _t((rng.standard_normal([6, 5, 64]) * np.array([1e-3, 1, 1e4, 3, 7])[None, :, None]).astype(np.float32))
+    cos, sin = rope.tables(positions)
+    want = apply_rotary(x, cos, sin)
+    got = apply_rotary_factors(x, *rope.factors(positions))
+    assert np.array_equal(got.numpy().view(np.uint32), want.numpy().view(np.uint32))

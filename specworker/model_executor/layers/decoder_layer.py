@@ -16,7 +16,7 @@ from specworker.model_executor.forward_meta import ForwardMeta
 from specworker.model_executor.layers.elementwise import rowwise
 from specworker.model_executor.layers.packed_weights import PackedWeights
 from specworker.model_executor.layers.rms_norm import RMSNorm
-from specworker.model_executor.layers.rotary import apply_rotary
+from specworker.model_executor.layers.rotary import apply_rotary, apply_rotary_factors
 
 INIT_STD = 0.02
 
@@ -57,7 +57,8 @@ class Attention(PackedWeights, paddle.nn.Layer):
         self.k_norm = RMSNorm(self.head_dim, rms_norm_eps) if qk_norm else None
 
     def forward(self, x, cos, sin, meta: ForwardMeta, key_cache, value_cache, block_tables):
-        """Inference. x [T, H]; cos/sin [T, head_dim / 2]; caches [num_blocks, kv_heads, block_size, head_dim]."""
+        """Inference. x [T, H]; cos/sin: RotaryEmbedding.factors [T, 1, head_dim];
+        caches [num_blocks, kv_heads, block_size, head_dim]."""
         t = x.shape[0]
         qkv = ops.batch_invariant_linear(x, self.linear_weight("qkv_proj"), self.qkv_bias)
         qk, v = paddle.split(qkv, [self.q_width + self.kv_width, self.kv_width], axis=-1)
@@ -68,7 +69,7 @@ class Attention(PackedWeights, paddle.nn.Layer):
             k = self.k_norm(k.reshape([-1, self.head_dim])).reshape([t, self.num_kv_heads, self.head_dim])
             qk = paddle.concat([q, k], axis=1)
         # q and k heads rotated in one call (same positions): [T, num_heads + num_kv_heads, head_dim]
-        q, k = paddle.split(apply_rotary(qk, cos, sin), [self.num_heads, self.num_kv_heads], axis=1)
+        q, k = paddle.split(apply_rotary_factors(qk, cos, sin), [self.num_heads, self.num_kv_heads], axis=1)
         v = v.reshape([t, self.num_kv_heads, self.head_dim])
         out = ops.paged_attention(q, k, v, key_cache, value_cache, block_tables, meta.cu_seqlens_q,
                                   meta.seq_lens_decoder, meta.seq_lens_this_time, meta.batch_id_per_token)
