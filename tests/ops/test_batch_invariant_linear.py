@@ -229,9 +229,13 @@ def test_pack_linear_weight_layout_literal():
     np.testing.assert_array_equal(p[0, 1], w[1, :32])  # [32 .. 63] is w[0, 32:], so panel 0 row 1 = 64 .. 95
     np.testing.assert_array_equal(p[1, 0], np.arange(32, 64))
     np.testing.assert_array_equal(p[1, 1], np.arange(96, 128))
+    # bfloat16 (small integers are exact): a row's columns in pairs (j, j + 16), so panel 1 row 0 is
+    # w[0, 32], w[0, 48], w[0, 33], w[0, 49], ...
     bf16 = pack_linear_weight(paddle.to_tensor(w), "bfloat16")
     assert list(bf16.shape) == [2, 2, 32] and bf16.dtype == paddle.bfloat16
-    np.testing.assert_array_equal(paddle.cast(bf16, "float32").numpy(), p)  # small integers are exact in bf16
+    h = paddle.cast(bf16, "float32").numpy()
+    np.testing.assert_array_equal(h[1, 0, :6], [32, 48, 33, 49, 34, 50])
+    np.testing.assert_array_equal(h, p.reshape(2, 2, 2, 16).transpose(0, 1, 3, 2).reshape(2, 2, 32))
 
 
 def test_pack_linear_weight_keeps_other_widths():

@@ -22,7 +22,8 @@
 // memory once per call and from L2 once per 4 rows. Weights come in three layouts: plain [K, N]
 // (stride N between k rows: software prefetch ahead), panels [N / 32, K, 32] float32 (one contiguous
 // stream per 32 columns, which the hardware prefetchers follow) and the same panels in bfloat16
-// (half the bytes; widened in registers by a 16-bit shift, which is exact).
+// (half the bytes) with columns j and j + 16 side by side: one 64-byte load holds 16 such pairs,
+// and one shift (columns j) and one mask (columns j + 16) widen them to float32, exactly.
 //
 // CPU paths, picked once per process from the CPU's features: AVX-512F, AVX2, generic (plain loops
 // the compiler may vectorise across columns). SPECWORKER_LINEAR_CPU_ISA=avx512|avx2|generic forces
@@ -32,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "thread_pool.h"
 
@@ -62,12 +64,17 @@ constexpr int64_t kParallelMacs = int64_t{1} << 20;
 thread_local std::string g_error;
 
 // Where a column block's 16-column slices live: slice v holds w[k, n0 + 16 v + j] at
-// base[v][k * stride + j] (plain: stride N; panels: stride 32).
+// base[v][k * stride + j] (plain: stride N; float32 panels: stride 32), or for bfloat16 panels at
+// base[v][k * stride + 2 j + hi[v]] (base: the panel; hi: the slice holds the panel's columns 16..31).
 template <typename WT>
 struct Slices {
   const WT* base[kMaxSlices];
+  int hi[kMaxSlices];
   int64_t stride;
 };
+
+constexpr int ElementStep(float) { return 1; }
+constexpr int ElementStep(uint16_t) { return 2; }  // bfloat16 panels interleave column pairs
 
 // A block of rows x up to 64 columns: x rows (stride K), out rows (stride ldo) and bias at column n0.
 struct Block {
@@ -95,11 +102,12 @@ void BlockGeneric(const Block& b, const Slices<WT>& s) {
       const int cols = static_cast<int>(b.cols - v * kSlice < kSlice ? b.cols - v * kSlice : kSlice);
       float acc[kSlice];
       for (int j = 0; j < kSlice; ++j) acc[j] = 0.0f;
-      const WT* wk = s.base[v];
+      constexpr int step = ElementStep(WT{});
+      const WT* wk = s.base[v] + s.hi[v];
       for (int64_t k = 0; k < b.K; ++k, wk += s.stride) {
         const float xv = xr[k];
         for (int j = 0; j < cols; ++j) {
-          const float p = xv * Widen(wk[j]);  // separate statements: one rounding each
+          const float p = xv * Widen(wk[step * j]);  // separate statements: one rounding each
           acc[j] = acc[j] + p;
         }
       }
@@ -117,9 +125,11 @@ __attribute__((target("avx512f"))) inline __m512 LoadSlice512(const float* p, __
   return _mm512_maskz_loadu_ps(m, p);
 }
 __attribute__((target("avx512f"))) inline __m512 LoadSlice512(const float* p) { return _mm512_loadu_ps(p); }
-__attribute__((target("avx512f"))) inline __m512 LoadSlice512(const uint16_t* p, __mmask16 = 0xFFFF) {
-  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+// 16 bfloat16 column pairs (j, j + 16) -> columns 0..15 (low halves shifted up) and 16..31 (masked).
+__attribute__((target("avx512f"))) inline void LoadPanel512(const uint16_t* p, __m512* lo, __m512* hi) {
+  const __m512i pairs = _mm512_loadu_si512(p);
+  *lo = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+  *hi = _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
 }
 
 // The unroll pragmas keep acc[][] in registers (without them GCC spills it every k).
@@ -142,8 +152,13 @@ __attribute__((target("avx512f"))) void TileAvx512(const float* x, int64_t K, co
       }
     }
     __m512 wv[NV];
-    _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) {
-      wv[v] = kPlain && v == NV - 1 ? LoadSlice512(base[v] + off, last) : LoadSlice512(base[v] + off);
+    if constexpr (std::is_same_v<WT, uint16_t>) {  // panels: NV is even, slices 2p and 2p + 1 share a load
+      static_assert(NV % 2 == 0, "bfloat16 panels come in whole panels");
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; v += 2) LoadPanel512(base[v] + off, &wv[v], &wv[v + 1]);
+    } else {
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) {
+        wv[v] = kPlain && v == NV - 1 ? LoadSlice512(base[v] + off, last) : LoadSlice512(base[v] + off);
+      }
     }
     _Pragma("GCC unroll 4") for (int i = 0; i < R; ++i) {
       const __m512 xb = _mm512_set1_ps(x[i * K + k]);
@@ -183,23 +198,34 @@ __attribute__((target("avx512f"))) void BlockAvx512(const Block& b, const Slices
   const int nv = static_cast<int>((b.cols + kSlice - 1) / kSlice);
   const int tail = static_cast<int>(b.cols - kSlice * (nv - 1));  // 1..16 columns in the last slice
   const __mmask16 last = static_cast<__mmask16>((1u << tail) - 1u);
-  switch (nv) {
-    case 1: RowsAvx512<1, WT, kPlain>(b, s, last); break;
-    case 2: RowsAvx512<2, WT, kPlain>(b, s, last); break;
-    case 3: RowsAvx512<3, WT, kPlain>(b, s, last); break;
-    default: RowsAvx512<4, WT, kPlain>(b, s, last); break;
+  if constexpr (std::is_same_v<WT, uint16_t>) {  // whole panels: 2 or 4 slices
+    if (nv == 2) {
+      RowsAvx512<2, WT, kPlain>(b, s, last);
+    } else {
+      RowsAvx512<4, WT, kPlain>(b, s, last);
+    }
+  } else {
+    switch (nv) {
+      case 1: RowsAvx512<1, WT, kPlain>(b, s, last); break;
+      case 2: RowsAvx512<2, WT, kPlain>(b, s, last); break;
+      case 3: RowsAvx512<3, WT, kPlain>(b, s, last); break;
+      default: RowsAvx512<4, WT, kPlain>(b, s, last); break;
+    }
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // AVX2 path: R rows x one 16-column slice (two ymm; 8 accumulators + 2 weights + 1 broadcast of
 // the 16 ymm registers), slice after slice; a partial slice uses masked loads and stores.
-__attribute__((target("avx2"))) inline __m256 LoadHalf256(const float* p, __m256i m) {
+// 8 columns: float32 at p (masked), or from the 8 bfloat16 column pairs at p (hi: the pairs' second
+// columns, else their first).
+__attribute__((target("avx2"))) inline __m256 LoadHalf256(const float* p, __m256i m, int) {
   return _mm256_maskload_ps(p, m);
 }
-__attribute__((target("avx2"))) inline __m256 LoadHalf256(const uint16_t* p, __m256i) {
-  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+__attribute__((target("avx2"))) inline __m256 LoadHalf256(const uint16_t* p, __m256i, int hi) {
+  const __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm256_castsi256_ps(hi ? _mm256_and_si256(pairs, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)))
+                                : _mm256_slli_epi32(pairs, 16));
 }
 
 __attribute__((target("avx2"))) inline __m256i HalfMask(int cols) {  // lanes j < cols set
@@ -208,14 +234,14 @@ __attribute__((target("avx2"))) inline __m256i HalfMask(int cols) {  // lanes j 
 }
 
 template <int R, typename WT>
-__attribute__((target("avx2"))) void TileAvx2(const float* x, int64_t K, const WT* w, int64_t stride,
+__attribute__((target("avx2"))) void TileAvx2(const float* x, int64_t K, const WT* w, int hi, int64_t stride,
                                               const float* bias, float* out, int64_t ldo, int cols) {
   const __m256i m0 = HalfMask(cols), m1 = HalfMask(cols - 8);
   __m256 acc[R][2];
   _Pragma("GCC unroll 4") for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
   const WT* wk = w;
   for (int64_t k = 0; k < K; ++k, wk += stride) {
-    const __m256 w0 = LoadHalf256(wk, m0), w1 = LoadHalf256(wk + 8, m1);
+    const __m256 w0 = LoadHalf256(wk, m0, hi), w1 = LoadHalf256(wk + 8 * ElementStep(WT{}), m1, hi);
     _Pragma("GCC unroll 4") for (int i = 0; i < R; ++i) {
       const __m256 xb = _mm256_broadcast_ss(x + i * K + k);
       acc[i][0] = _mm256_add_ps(acc[i][0], _mm256_mul_ps(xb, w0));
@@ -240,15 +266,15 @@ __attribute__((target("avx2"))) void BlockAvx2(const Block& b, const Slices<WT>&
     const float* bias = b.bias ? b.bias + v * kSlice : nullptr;
     int64_t r = 0;
     for (; r + kTileRows <= b.rows; r += kTileRows) {
-      TileAvx2<kTileRows, WT>(b.x + r * b.K, b.K, s.base[v], s.stride, bias, b.out + r * b.ldo + v * kSlice,
-                              b.ldo, cols);
+      TileAvx2<kTileRows, WT>(b.x + r * b.K, b.K, s.base[v], s.hi[v], s.stride, bias,
+                              b.out + r * b.ldo + v * kSlice, b.ldo, cols);
     }
     const float* x = b.x + r * b.K;
     float* out = b.out + r * b.ldo + v * kSlice;
     switch (b.rows - r) {
-      case 1: TileAvx2<1, WT>(x, b.K, s.base[v], s.stride, bias, out, b.ldo, cols); break;
-      case 2: TileAvx2<2, WT>(x, b.K, s.base[v], s.stride, bias, out, b.ldo, cols); break;
-      case 3: TileAvx2<3, WT>(x, b.K, s.base[v], s.stride, bias, out, b.ldo, cols); break;
+      case 1: TileAvx2<1, WT>(x, b.K, s.base[v], s.hi[v], s.stride, bias, out, b.ldo, cols); break;
+      case 2: TileAvx2<2, WT>(x, b.K, s.base[v], s.hi[v], s.stride, bias, out, b.ldo, cols); break;
+      case 3: TileAvx2<3, WT>(x, b.K, s.base[v], s.hi[v], s.stride, bias, out, b.ldo, cols); break;
       default: break;
     }
   }
@@ -327,10 +353,15 @@ Slices<WT> SlicesOf(const Job& j, int64_t n0) {
   Slices<WT> s;
   const WT* w = static_cast<const WT*>(j.weight);
   for (int v = 0; v < kMaxSlices; ++v) {
+    s.hi[v] = 0;
     if (j.layout == SPECWORKER_LINEAR_PLAIN_F32) {
       s.base[v] = w + n0 + kSlice * v;  // only slices inside the block are read
-    } else {  // n0 is a multiple of 32: slice v sits in panel n0 / 32 + v / 2 at column 16 (v % 2)
+    } else if (j.layout == SPECWORKER_LINEAR_PANELS_F32) {
+      // n0 is a multiple of 32: slice v sits in panel n0 / 32 + v / 2 at column 16 (v % 2)
       s.base[v] = w + (n0 / kPanel + v / 2) * j.K * kPanel + kSlice * (v % 2);
+    } else {  // bfloat16 panels: both slices of a panel start at the panel
+      s.base[v] = w + (n0 / kPanel + v / 2) * j.K * kPanel;
+      s.hi[v] = v % 2;
     }
   }
   s.stride = j.layout == SPECWORKER_LINEAR_PLAIN_F32 ? j.N : kPanel;

@@ -12,7 +12,8 @@ extern "C" {
 enum {
   SPECWORKER_LINEAR_PLAIN_F32 = 0,   // float    [K, N] row-major (paddle.nn.Linear.weight)
   SPECWORKER_LINEAR_PANELS_F32 = 1,  // float    [N / 32, K, 32]: panel p, row k = weight[k, 32p : 32p + 32]
-  SPECWORKER_LINEAR_PANELS_BF16 = 2  // bfloat16 [N / 32, K, 32] (raw uint16 bits), widened exactly to float32
+  SPECWORKER_LINEAR_PANELS_BF16 = 2  // bfloat16 [N / 32, K, 32] (raw uint16 bits), widened exactly to float32;
+                                     // in a panel row, element 2j = column j, element 2j + 1 = column j + 16
 };
 #define SPECWORKER_LINEAR_PANEL 32
 

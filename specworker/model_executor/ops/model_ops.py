@@ -133,7 +133,9 @@ def pack_linear_weight(weight: paddle.Tensor, dtype: str = "float32") -> paddle.
     """weight in the layout batch_invariant_linear streams fastest on its device; made once at load.
 
     On CPU with N % 32 == 0: panels [N / 32, K, 32] in `dtype`, panel p row k = weight[k, 32p : 32p + 32]
-    (one contiguous stream per 32 columns; bfloat16 halves the bytes). Elsewhere (GPU, or N % 32 != 0):
+    (one contiguous stream per 32 columns); bfloat16 halves the bytes and stores a row's columns in pairs
+    (j, j + 16): element 2j = column 32p + j, element 2j + 1 = column 32p + j + 16, so the kernel widens
+    16 pairs with one shift and one mask. Elsewhere (GPU, or N % 32 != 0):
     the [K, N] weight itself, or for bfloat16 its values rounded to bfloat16 (returned as float32), so
     every layout computes with the same values:
         batch_invariant_linear(x, pack_linear_weight(w, d)) has the bits of
@@ -147,7 +149,8 @@ def pack_linear_weight(weight: paddle.Tensor, dtype: str = "float32") -> paddle.
         a new tensor (the parameter is not aliased), or weight itself (float32 [K, N] kept as is).
     Raises:
         ValueError: weight not a 2-D float32 tensor, or an unknown dtype.
-    Example: w [2, 64] -> panels [2, 2, 32] with panels[1, 0] == w[0, 32:64].
+    Example: w [2, 64] -> panels [2, 2, 32] with panels[1, 0] == w[0, 32:64]; bfloat16: panels[1, 0, :4] ==
+        w[0, [32, 48, 33, 49]].
     """
     if dtype not in LINEAR_WEIGHT_DTYPES:
         raise ValueError(f"pack_linear_weight: dtype = {dtype!r}; allowed: {', '.join(LINEAR_WEIGHT_DTYPES)}")
@@ -158,5 +161,9 @@ def pack_linear_weight(weight: paddle.Tensor, dtype: str = "float32") -> paddle.
     if dtype == "bfloat16":
         weight = paddle.cast(weight, "bfloat16")
     if weight.place.is_cpu_place() and n % LINEAR_PANEL == 0 and n > 0:
-        return weight.reshape([k, n // LINEAR_PANEL, LINEAR_PANEL]).transpose([1, 0, 2]).contiguous()
+        panels = weight.reshape([k, n // LINEAR_PANEL, LINEAR_PANEL]).transpose([1, 0, 2])  # [P, K, 32]
+        if dtype == "bfloat16":  # [P, K, 2, 16] -> [P, K, 16, 2]: pairs (j, j + 16)
+            panels = panels.reshape([n // LINEAR_PANEL, k, 2, 16]).transpose([0, 1, 3, 2])
+            panels = panels.reshape([n // LINEAR_PANEL, k, LINEAR_PANEL])
+        return panels.contiguous()
     return paddle.cast(weight, "float32") if dtype == "bfloat16" else weight
