@@ -36,6 +36,9 @@ ARCH_FIELDS = tuple(BUILTIN_TARGETS["builtin:tiny"])
 
 DTYPES = ("float32", "float16", "bfloat16")
 CPU_DTYPES = ("float32",)  # Paddle's CPU matmul has no float16 / bfloat16 kernel
+# Storage of the linear weights on the inference path (ops.pack_linear_weight): bfloat16 halves the
+# bytes a step reads; compute stays float32 (a different, rounded model, equally lossless).
+LINEAR_WEIGHT_DTYPES = ("float32", "bfloat16")
 DEVICES = ("cpu", "gpu")
 METHODS = ("none", "naive", "mtp", "ngram")
 PROPOSER_METHODS = ("mtp", "ngram")  # the methods that draft tokens
@@ -52,7 +55,8 @@ MAX_SEED = 2**32 - 1  # the widest range every RNG we seed (numpy, paddle, rando
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelConfig:
-    """Target model: a checkpoint path or a `builtin:` name, the compute dtype, and the architecture.
+    """Target model: a checkpoint path or a `builtin:` name, the compute dtype, the storage dtype of the
+    linear weights (float32, or bfloat16: rounded once at load, half the bytes per step), and the architecture.
 
     The architecture fields define a built-in model (None = the built-in's own value; override for
     experiments). A checkpoint's architecture comes from its config.json, so with a path they stay None.
@@ -69,11 +73,13 @@ class ModelConfig:
     intermediate_size: int | None = None
     rope_theta: float | None = None
     rms_norm_eps: float | None = None
+    linear_weight_dtype: str = "float32"
 
     def __post_init__(self) -> None:
         check_types(self)
         check(self.path != "", "model.path", self.path, "a checkpoint path or a builtin: name", "empty")
         check_choice("model.dtype", self.dtype, DTYPES)
+        check_choice("model.linear_weight_dtype", self.linear_weight_dtype, LINEAR_WEIGHT_DTYPES)
         if not self.is_builtin:
             for name in ARCH_FIELDS:
                 check(getattr(self, name) is None, f"model.{name}", getattr(self, name),

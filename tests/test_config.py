@@ -96,6 +96,8 @@ BAD_CONFIGS = [
         "a divisor of model.num_heads = 6"),
     # bad enum values
     bad("bad_dtype", {"model.dtype": "fp16"}, "model.dtype", "'fp16'", "'float32', 'float16', 'bfloat16'"),
+    bad("bad_linear_weight_dtype", {"model.linear_weight_dtype": "float16"}, "model.linear_weight_dtype",
+        "'float16'", "'float32', 'bfloat16'"),
     bad("bad_method", {"speculative_config.method": "eagle"}, "speculative_config.method", "'eagle'",
         "'none', 'naive', 'mtp', 'ngram'"),
     bad("bad_verify_strategy", {"speculative_config.verify_strategy": "top_p"}, "speculative_config.verify_strategy",

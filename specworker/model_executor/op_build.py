@@ -22,8 +22,9 @@ _DIGEST_SUFFIXES = (".cc", ".cu", ".h", ".cuh")
 
 
 def cpu_sources(root: Path = OPS_ROOT) -> list[Path]:
-    """cpu_ops/<op>.cc: CPU kernel + the op's single registration."""
-    return sorted((root / "cpu_ops").glob("*.cc"))
+    """cpu_ops/<op>.cc (CPU kernel or binding + the op's single registration) and
+    cpu_ops/kernels/*.cc (framework-neutral CPU kernels and their thread pool)."""
+    return sorted((root / "cpu_ops").glob("*.cc")) + sorted((root / "cpu_ops" / "kernels").glob("*.cc"))
 
 
 def cuda_sources(root: Path = OPS_ROOT) -> list[Path]:

@@ -42,7 +42,9 @@ class MTPProposer(Proposer):
         self.num_model_steps = spec.num_model_steps
         self.k = spec.num_speculative_tokens
         self.max_model_len = config.scheduler.max_model_len
-        self.draft = draft if draft is not None else load_mtp(spec.model, target, place)
+        if draft is None:
+            draft = load_mtp(spec.model, target, place, linear_weight_dtype=config.model.linear_weight_dtype)
+        self.draft = draft
         arch = target.arch
         self.batch = InputBatch(config, place, vocab_size=arch.vocab_size, table=DRAFT_BUFFERS,
                                 hidden_size=arch.hidden_size)

@@ -9,7 +9,7 @@ import paddle
 import pytest
 
 from specworker.model_executor.layers.rms_norm import RMSNorm
-from specworker.model_executor.layers.rotary import RotaryEmbedding, apply_rotary
+from specworker.model_executor.layers.rotary import RotaryEmbedding, apply_rotary, apply_rotary_factors
 from specworker.model_executor.models.llama import LlamaArch, LlamaModel, token_positions
 from specworker.model_executor.pre_and_post_process import pre_process
 from tests.sync_guard import forbid_host_reads
@@ -127,6 +127,31 @@ def test_llama_verify_rows_equal_decode_rows(model):
     assert np.array_equal(np.concatenate([rows_of(lg, cu, 1) for _, lg, cu in one_by_one]), rows_of(l_ver, cu_ver, 1))
 
 
+def test_llama_packed_weights_change_no_bit():
+    """pack_weights() (float32 panels where N % 32 == 0: q/k/v, o, gate/up, down; the 259-wide lm_head
+    stays [K, N]) gives the unpacked model's bits; bfloat16 packing gives the bits of a model whose
+    weights were rounded to bfloat16, and packs the lm_head's rounded values too."""
+    paddle.seed(7)
+    plain, packed, bf16, rounded = (LlamaModel(ARCH) for _ in range(4))
+    for m in (packed, bf16, rounded):
+        m.set_state_dict(plain.state_dict())
+    packed.pack_weights()
+    bf16.pack_weights("bfloat16")
+    assert len(packed.layers[0].attn.linear_weight("qkv_proj").shape) == 3
+    assert packed.linear_weight("lm_head") is packed.lm_head
+    slots = {0: (_tokens(12, 9), 0, True), 1: (_tokens(13, 4), 0, True)}
+    h_plain, l_plain, _ = TargetRunner(plain, 2).step(slots)
+    h_packed, l_packed, _ = TargetRunner(packed, 2).step(slots)
+    assert np.array_equal(h_plain, h_packed) and np.array_equal(l_plain, l_packed)
+    for name, p in rounded.named_parameters():
+        if name.endswith(("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")):
+            p.set_value(paddle.cast(paddle.cast(p, "bfloat16"), "float32"))
+    h_bf16, l_bf16, _ = TargetRunner(bf16, 2).step(slots)
+    h_rounded, l_rounded, _ = TargetRunner(rounded, 2).step(slots)
+    assert np.array_equal(h_bf16, h_rounded) and np.array_equal(l_bf16, l_rounded)
+    assert not np.array_equal(h_bf16, h_plain)
+
+
 def test_llama_padding_rows_finite(model):
     """Rows past T (ids -1, batch id -1) never index the embedding out of range and stay finite."""
     hidden, logits, cu = TargetRunner(model, 2).step({1: (_tokens(11, 3), 0, True)})
@@ -176,3 +201,16 @@ def test_rotary_scores_depend_only_on_offset():
     assert score(10, 7) == pytest.approx(score(33, 30), abs=1e-5)
     assert score(10, 7) != pytest.approx(score(10, 8), abs=1e-3)
     assert score(0, 0) == pytest.approx(float((q * k).sum()), abs=1e-6)
+
+
+def test_rotary_factors_give_apply_rotary_bits():
+    """The inference path's four-op rotation (x * [c, c] + roll(x) * [-s, s]) has the bits of the
+    half-split formula at every position and head (large and odd values included)."""
+    rope = RotaryEmbedding(64, 10000.0, 4096)
+    rng = np.random.default_rng(2)
+    positions = _t(np.array([0, 1, 7, 100, 4095, 5000], np.int32))  # 5000 is clamped to 4095
+    x = _t((rng.standard_normal([6, 5, 64]) * np.array([1e-3, 1, 1e4, 3, 7])[None, :, None]).astype(np.float32))
+    cos, sin = rope.tables(positions)
+    want = apply_rotary(x, cos, sin)
+    got = apply_rotary_factors(x, *rope.factors(positions))
+    assert np.array_equal(got.numpy().view(np.uint32), want.numpy().view(np.uint32))

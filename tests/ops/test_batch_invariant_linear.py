@@ -1,7 +1,9 @@
 """batch_invariant_linear on CPU: values against the float64 reference (rtol = atol = 1e-5), the
 documented float32 order bit for bit, batch invariance as exact bit equality (a row alone, among
-3 / 4 / 17 / 64 / 257 other rows, at other positions, beside NaN / Inf rows), every CPU code path
-giving the same bits, the motivating paddle.matmul comparison, and the argument checks.
+3 / 4 / 17 / 64 / 257 other rows, at other positions, beside NaN / Inf rows), the weight panels of
+pack_linear_weight (float32 and bfloat16) at every row-tile and column-block edge, every CPU code
+path and thread count giving the same bits, the motivating paddle.matmul comparison, and the
+argument checks.
 """
 
 import json
@@ -14,10 +16,11 @@ import numpy as np
 import paddle
 import pytest
 
-from specworker.model_executor.ops import batch_invariant_linear
+from specworker.model_executor.ops import batch_invariant_linear, pack_linear_weight
 from tests.reference.batch_invariant_linear import (
     ref_batch_invariant_linear,
     ref_batch_invariant_linear_fp32_order,
+    ref_bf16_round,
 )
 
 RTOL = ATOL = 1e-5
@@ -44,6 +47,11 @@ def _op(x, w, b=None) -> np.ndarray:
                                  None if b is None else paddle.to_tensor(b))
     assert out.dtype == paddle.float32 and list(out.shape) == [x.shape[0], w.shape[1]]
     return out.numpy()
+
+
+def _op_weight(x, weight: paddle.Tensor, b=None) -> np.ndarray:
+    """The op on a prepared weight tensor ([K, N] or panels)."""
+    return batch_invariant_linear(paddle.to_tensor(x), weight, None if b is None else paddle.to_tensor(b)).numpy()
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -121,19 +129,25 @@ def test_batch_invariant_linear_follows_documented_fp32_order(M, K, N, with_bias
 
 # --- batch invariance (exact bits) ---------------------------------------------------------------
 
+@pytest.mark.parametrize("layout", ["plain", "panels", "panels_bf16"])
 @pytest.mark.parametrize("with_bias", [False, True], ids=["no_bias", "bias"])
 @pytest.mark.parametrize("K,N", [(128, 384), (128, 259), (384, 128), (7, 259), (129, 7), (1, 1)])
-def test_batch_invariant_linear_row_bits_independent_of_batch(K, N, with_bias):
+def test_batch_invariant_linear_row_bits_independent_of_batch(K, N, with_bias, layout):
     """The same query rows computed alone, among 3, 4, 17, 64 and 257 random rows, at the front,
-    the back, a tile edge and a random place, must give identical bits (np.array_equal of uint32)."""
+    the back, a tile edge and a random place, must give identical bits (np.array_equal of uint32);
+    for every weight layout pack_linear_weight makes (N % 32 != 0 keeps [K, N])."""
     rng = np.random.default_rng([K, N, with_bias])
     queries, w, b = _inputs(rng, 2, K, N, with_bias)
-    alone = np.concatenate([_op(queries[i:i + 1], w, b) for i in range(2)])
+    weight = pack_linear_weight(paddle.to_tensor(w), "bfloat16" if layout == "panels_bf16" else "float32")
+    if layout == "plain":
+        weight = paddle.to_tensor(w)
+    alone = np.concatenate([_op_weight(queries[i:i + 1], weight, b) for i in range(2)])
     for others in (3, 4, 17, 64, 257):
         filler = rng.standard_normal((others, K)).astype(np.float32)
-        for pos in sorted({0, others, min(4, others), min(5, others), int(rng.integers(0, others + 1))}):
+        # 4 / 5 and 16 / 17: the queries straddle a row-tile and a row-block edge
+        for pos in sorted({0, others, min(4, others), min(5, others), min(15, others), int(rng.integers(0, others + 1))}):
             batch = np.concatenate([filler[:pos], queries, filler[pos:]])  # queries at rows pos, pos + 1
-            out = _op(batch, w, b)
+            out = _op_weight(batch, weight, b)
             assert_same_bits(out[pos:pos + 2], alone, f"queries at rows {pos}, {pos + 1} of {others + 2}")
 
 
@@ -197,12 +211,89 @@ def test_paddle_matmul_is_not_batch_invariant_here():
         pytest.skip("paddle.matmul happened to be batch invariant on this machine; ours checked above")
 
 
+# --- weight panels (pack_linear_weight) at the kernel's tile edges ------------------------------
+
+# Rows: 1-4 take single-panel streaming blocks (M <= 4), 5+ 4-row tiles in 16-row blocks, so 5, 7, 8,
+# 15, 16, 17, 33, 63, 64, 65 and 100 hit every tile remainder and block edge. N: one panel (32),
+# one block of 64, a block plus a panel (96), 2.5 blocks (160) and SmolLM2's q/k/v width (960).
+PANEL_ROWS = [1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 33, 63, 64, 65, 100]
+PANEL_SHAPES_KN = [(1, 32), (7, 96), (129, 64), (64, 160), (576, 960)]
+
+
+def test_pack_linear_weight_layout_literal():
+    """w [2, 64] = 0..127 row-major -> panels [2, 2, 32]: panel p row k = w[k, 32p : 32p + 32]."""
+    w = np.arange(128, dtype=np.float32).reshape(2, 64)
+    panels = pack_linear_weight(paddle.to_tensor(w))
+    assert list(panels.shape) == [2, 2, 32] and panels.dtype == paddle.float32
+    p = panels.numpy()
+    np.testing.assert_array_equal(p[0, 1], w[1, :32])  # [32 .. 63] is w[0, 32:], so panel 0 row 1 = 64 .. 95
+    np.testing.assert_array_equal(p[1, 0], np.arange(32, 64))
+    np.testing.assert_array_equal(p[1, 1], np.arange(96, 128))
+    # bfloat16 (small integers are exact): a row's columns in pairs (j, j + 16), so panel 1 row 0 is
+    # w[0, 32], w[0, 48], w[0, 33], w[0, 49], ...
+    bf16 = pack_linear_weight(paddle.to_tensor(w), "bfloat16")
+    assert list(bf16.shape) == [2, 2, 32] and bf16.dtype == paddle.bfloat16
+    h = paddle.cast(bf16, "float32").numpy()
+    np.testing.assert_array_equal(h[1, 0, :6], [32, 48, 33, 49, 34, 50])
+    np.testing.assert_array_equal(h, p.reshape(2, 2, 2, 16).transpose(0, 1, 3, 2).reshape(2, 2, 32))
+
+
+def test_pack_linear_weight_keeps_other_widths():
+    """N % 32 != 0 keeps the [K, N] layout: float32 returns the weight itself, bfloat16 its rounded values."""
+    w = paddle.to_tensor(np.random.default_rng(1).standard_normal((5, 259)).astype(np.float32))
+    assert pack_linear_weight(w) is w
+    got = pack_linear_weight(w, "bfloat16")
+    assert list(got.shape) == [5, 259] and got.dtype == paddle.float32
+    assert_same_bits(got.numpy(), ref_bf16_round(w.numpy()), "bf16-rounded [K, N]")
+    assert not np.array_equal(got.numpy(), w.numpy()), "random float32 values are not all bfloat16 values"
+
+
+@pytest.mark.parametrize("weight, dtype, match", [
+    (np.zeros((3, 32), np.float64), "float32", r"weight has dtype .*float64.* expected a 2-D float32"),
+    (np.zeros((1, 3, 32), np.float32), "float32", r"weight has dtype .*float32 and shape \[1, 3, 32\], expected a 2-D float32"),
+    (np.zeros((3, 32), np.float32), "float16", r"dtype = 'float16'; allowed: float32, bfloat16"),
+], ids=["f64", "3d", "f16"])
+def test_pack_linear_weight_rejects_bad_input(weight, dtype, match):
+    with pytest.raises(ValueError, match="pack_linear_weight: " + match):
+        pack_linear_weight(paddle.to_tensor(weight), dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("with_bias", [False, True], ids=["no_bias", "bias"])
+@pytest.mark.parametrize("K,N", PANEL_SHAPES_KN)
+@pytest.mark.parametrize("M", PANEL_ROWS)
+def test_batch_invariant_linear_panels_follow_documented_order(M, K, N, with_bias, dtype):
+    """Panels give the bits of the documented order on the weights they hold (bfloat16: the rounded
+    values), at every row count around the tiles, so panels and [K, N] agree bit for bit too."""
+    x, w, b = _inputs(np.random.default_rng([11, M, K, N]), M, K, N, with_bias)
+    panels = pack_linear_weight(paddle.to_tensor(w), dtype)
+    assert len(panels.shape) == 3, "N % 32 == 0 on CPU must give panels"
+    values = w if dtype == "float32" else ref_bf16_round(w)
+    want = ref_batch_invariant_linear_fp32_order(x, values, b)
+    assert_same_bits(_op_weight(x, panels, b), want, f"{dtype} panels vs documented order")
+    assert_same_bits(_op(x, values, b), want, "[K, N] vs documented order")
+
+
+@pytest.mark.parametrize("panels, match", [
+    (([3, 5, 32], "float32"), r"weight panels have shape \[3, 5, 32\], expected \[N / 32, K, 32\] with K = x.shape\[1\] = 4"),
+    (([3, 4, 16], "float32"), r"weight panels have shape \[3, 4, 16\], expected \[N / 32, K, 32\]"),
+    (([3, 4, 32], "float16"), r"weight panels have dtype float16, expected float32 or bfloat16"),
+    (([2, 3, 4, 32], "float32"), r"weight has shape \[2, 3, 4, 32\], expected a 2-D tensor \[K, N\] \(or 3-D panels"),
+], ids=["k_mismatch", "panel_width", "f16", "4d"])
+def test_batch_invariant_linear_rejects_bad_panels(panels, match):
+    with pytest.raises(ValueError, match=r"batch_invariant_linear: " + match):
+        batch_invariant_linear(paddle.zeros([2, 4]), paddle.zeros(panels[0], dtype=panels[1]))
+    bias = paddle.zeros([95])  # 3 panels hold N = 96
+    with pytest.raises(ValueError, match=r"bias has shape \[95\], expected \[N\] = \[96\]"):
+        batch_invariant_linear(paddle.zeros([2, 4]), paddle.zeros([3, 4, 32]), bias)
+
+
 # --- every CPU code path gives the same bits -----------------------------------------------------
 
 _PATH_SCRIPT = r"""
 import json, sys
 import numpy as np, paddle
-from specworker.model_executor.ops import batch_invariant_linear
+from specworker.model_executor.ops import batch_invariant_linear, pack_linear_weight
 shapes = json.loads(sys.argv[1])
 outs = {}
 try:
@@ -211,26 +302,52 @@ try:
         x = rng.standard_normal((M, K)).astype(np.float32)
         w = rng.standard_normal((K, N)).astype(np.float32)
         b = rng.standard_normal(N).astype(np.float32)
-        outs[f"o{i}"] = batch_invariant_linear(paddle.to_tensor(x), paddle.to_tensor(w), paddle.to_tensor(b)).numpy()
+        xt, wt, bt = paddle.to_tensor(x), paddle.to_tensor(w), paddle.to_tensor(b)
+        outs[f"o{i}"] = batch_invariant_linear(xt, wt, bt).numpy()
+        if N % 32 == 0:
+            outs[f"p{i}"] = batch_invariant_linear(xt, pack_linear_weight(wt), bt).numpy()
+            outs[f"h{i}"] = batch_invariant_linear(xt, pack_linear_weight(wt, "bfloat16"), bt).numpy()
 except ValueError as e:
     print("ERROR:", e)
     sys.exit(3)
 np.savez(sys.argv[2], **outs)
 """
-# Row counts 1..5 cover every row-tile remainder; N covers full tiles, masked / scalar tails.
-_PATH_SHAPES = [(M, K, N, 100 * M + N) for M in (1, 2, 3, 4, 5, 64) for K, N in ((7, 1), (129, 259), (128, 384), (5, 23))]
+# Row counts 1..5 cover every row-tile remainder, 16 / 17 a row-block edge; N covers full tiles,
+# masked / scalar tails and (N % 32 == 0) the float32 and bfloat16 panels. (256, 416) is big enough
+# (416 KiB of float32 weights) for the op to split it between threads at every M.
+_PATH_SHAPES = [(M, K, N, 100 * M + N) for M in (1, 2, 3, 4, 5, 17, 64)
+                for K, N in ((7, 1), (129, 259), (128, 384), (5, 23), (33, 96), (256, 416))]
 
 
-def _run_path(isa: str, tmp_path: Path) -> subprocess.CompletedProcess:
+def _run_path(isa: str, tmp_path: Path, threads: str | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, SPECWORKER_LINEAR_CPU_ISA=isa, PYTHONPATH=str(REPO_ROOT))
-    return subprocess.run([sys.executable, "-c", _PATH_SCRIPT, json.dumps(_PATH_SHAPES), str(tmp_path / f"{isa}.npz")],
+    env.pop("SPECWORKER_LINEAR_THREADS", None)
+    if threads is not None:
+        env["SPECWORKER_LINEAR_THREADS"] = threads
+    out = tmp_path / f"{isa}-{threads}.npz"
+    return subprocess.run([sys.executable, "-c", _PATH_SCRIPT, json.dumps(_PATH_SHAPES), str(out)],
                           env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+
+
+def _check_path_results(results: dict) -> None:
+    for i, (M, K, N, seed) in enumerate(_PATH_SHAPES):
+        rng = np.random.default_rng(seed)
+        x = rng.standard_normal((M, K)).astype(np.float32)
+        w = rng.standard_normal((K, N)).astype(np.float32)
+        b = rng.standard_normal(N).astype(np.float32)
+        want = ref_batch_invariant_linear_fp32_order(x, w, b)
+        want_bf16 = ref_batch_invariant_linear_fp32_order(x, ref_bf16_round(w), b) if N % 32 == 0 else None
+        for name, res in results.items():
+            assert_same_bits(res[f"o{i}"], want, f"{name}, M={M} K={K} N={N}")
+            if N % 32 == 0:
+                assert_same_bits(res[f"p{i}"], want, f"{name} panels, M={M} K={K} N={N}")
+                assert_same_bits(res[f"h{i}"], want_bf16, f"{name} bf16 panels, M={M} K={K} N={N}")
 
 
 def test_batch_invariant_linear_cpu_paths_agree(tmp_path):
     """generic, AVX2 and AVX-512 (those this CPU has) and the auto choice give the same bits and
-    follow the documented order: a machine's instruction set never changes a result. Each path runs
-    in its own process (SPECWORKER_LINEAR_CPU_ISA is read once per process)."""
+    follow the documented order, on [K, N] weights and on panels: a machine's instruction set never
+    changes a result. Each path runs in its own process (SPECWORKER_LINEAR_CPU_ISA is read once)."""
     results, unsupported = {}, []
     for isa in ("generic", "avx2", "avx512", "auto"):
         proc = _run_path(isa, tmp_path)
@@ -238,17 +355,46 @@ def test_batch_invariant_linear_cpu_paths_agree(tmp_path):
             unsupported.append(isa)
             continue
         assert proc.returncode == 0, f"SPECWORKER_LINEAR_CPU_ISA={isa} failed:\n{proc.stdout}\n{proc.stderr[-3000:]}"
-        results[isa] = np.load(tmp_path / f"{isa}.npz")
+        results[isa] = np.load(tmp_path / f"{isa}-None.npz")
     assert "generic" in results and "auto" in results, f"generic and auto always run; got {sorted(results)}"
     print(f"CPU paths compared: {sorted(results)}; not supported here: {unsupported}")
-    for i, (M, K, N, seed) in enumerate(_PATH_SHAPES):
-        rng = np.random.default_rng(seed)
-        x = rng.standard_normal((M, K)).astype(np.float32)
-        w = rng.standard_normal((K, N)).astype(np.float32)
-        b = rng.standard_normal(N).astype(np.float32)
-        want = ref_batch_invariant_linear_fp32_order(x, w, b)
-        for isa, res in results.items():
-            assert_same_bits(res[f"o{i}"], want, f"path {isa}, M={M} K={K} N={N}")
+    _check_path_results(results)
+
+
+def test_batch_invariant_linear_thread_count_changes_no_bit(tmp_path):
+    """SPECWORKER_LINEAR_THREADS = 1, 2, 3 (more than this machine may have: threads then share cores)
+    give the same bits: a thread owns whole outputs, so the split never changes a summation order."""
+    results = {}
+    for threads in ("1", "2", "3"):
+        proc = _run_path("auto", tmp_path, threads)
+        assert proc.returncode == 0, f"SPECWORKER_LINEAR_THREADS={threads} failed:\n{proc.stdout}\n{proc.stderr[-3000:]}"
+        results[f"threads={threads}"] = np.load(tmp_path / f"auto-{threads}.npz")
+    _check_path_results(results)
+
+
+@pytest.mark.parametrize("layout", ["plain", "panels", "panels_bf16"])
+def test_batch_invariant_linear_threaded_calls_repeat_their_bits(layout):
+    """Many back-to-back calls that the pool splits between threads (576 x 4096: 9 MB of weights) all
+    give the documented bits: no unit of work is lost or run twice, whatever the threads' timing."""
+    rng = np.random.default_rng(21)
+    _, w, b = _inputs(rng, 0, 576, 4096, True)
+    weight = paddle.to_tensor(w) if layout == "plain" else pack_linear_weight(
+        paddle.to_tensor(w), "bfloat16" if layout == "panels_bf16" else "float32")
+    values = ref_bf16_round(w) if layout == "panels_bf16" else w
+    for M in (1, 4, 5, 12, 33):
+        x = rng.standard_normal((M, 576)).astype(np.float32)
+        want = ref_batch_invariant_linear_fp32_order(x, values, b)
+        xt, bt = paddle.to_tensor(x), paddle.to_tensor(b)
+        for call in range(40):
+            got = batch_invariant_linear(xt, weight, bt).numpy()
+            assert_same_bits(got, want, f"M={M}, call {call}")
+
+
+@pytest.mark.parametrize("threads", ["0", "two", "257"])
+def test_batch_invariant_linear_rejects_bad_thread_count(tmp_path, threads):
+    proc = _run_path("auto", tmp_path, threads)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert f"SPECWORKER_LINEAR_THREADS={threads}, expected an integer from 1 to 256" in proc.stdout
 
 
 def test_batch_invariant_linear_rejects_unknown_cpu_path(tmp_path):

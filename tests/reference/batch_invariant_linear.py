@@ -40,3 +40,11 @@ def ref_batch_invariant_linear_fp32_order(x: np.ndarray, weight: np.ndarray,
             acc = acc + np.asarray(bias, dtype=np.float32)[None, :]
     assert acc.dtype == np.float32, f"float32 order model drifted to {acc.dtype}"
     return acc
+
+
+def ref_bf16_round(weight: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even), returned as float32: the values a
+    bfloat16 weight holds (widening bfloat16 to float32 is exact). Finite inputs only."""
+    bits = np.ascontiguousarray(weight, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return rounded.astype(np.uint32).view(np.float32)

@@ -15,8 +15,9 @@ import paddle.nn.functional as F
 from specworker.model_executor import ops
 from specworker.model_executor.forward_meta import ForwardMeta
 from specworker.model_executor.layers.elementwise import rowwise
+from specworker.model_executor.layers.packed_weights import PackedWeights
 from specworker.model_executor.layers.rms_norm import RMSNorm
-from specworker.model_executor.layers.rotary import apply_rotary
+from specworker.model_executor.layers.rotary import apply_rotary, apply_rotary_factors
 
 INIT_STD = 0.02
 
@@ -47,13 +48,15 @@ def make_bias(layer: paddle.nn.Layer, width: int) -> paddle.Tensor:
                                   default_initializer=paddle.nn.initializer.Constant(0.0))
 
 
-class Attention(paddle.nn.Layer):
+class Attention(PackedWeights, paddle.nn.Layer):
     """Grouped-query self-attention: query head h reads kv head h // (num_heads // num_kv_heads).
 
     head_dim may differ from hidden_size / num_heads (Qwen3, Llama variants). Optional parts, all loaded
     from checkpoints that have them: a q/k/v bias (Qwen2, Llama attention_bias), an o_proj bias (Llama
     attention_bias), per-head RMSNorm of q and k before the rotation (Qwen3 q_norm / k_norm).
     """
+
+    PACKED = ("qkv_proj", "o_proj")
 
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, out_std: float, *,
                  head_dim: int | None = None, qkv_bias: bool = False, o_bias: bool = False, qk_norm: bool = False,
@@ -70,9 +73,10 @@ class Attention(paddle.nn.Layer):
         self.k_norm = RMSNorm(self.head_dim, rms_norm_eps) if qk_norm else None
 
     def forward(self, x, cos, sin, meta: ForwardMeta, key_cache, value_cache, block_tables):
-        """Inference. x [T, H]; cos/sin [T, head_dim / 2]; caches [num_blocks, kv_heads, block_size, head_dim]."""
+        """Inference. x [T, H]; cos/sin: RotaryEmbedding.factors [T, 1, head_dim];
+        caches [num_blocks, kv_heads, block_size, head_dim]."""
         t = x.shape[0]
-        qkv = ops.batch_invariant_linear(x, self.qkv_proj, self.qkv_bias)
+        qkv = ops.batch_invariant_linear(x, self.linear_weight("qkv_proj"), self.qkv_bias)
         qk, v = paddle.split(qkv, [self.q_width + self.kv_width, self.kv_width], axis=-1)
         qk = qk.reshape([t, self.num_heads + self.num_kv_heads, self.head_dim])
         if self.q_norm is not None:  # per-head norms: [T * heads, head_dim] rows through the invariant RMSNorm
@@ -81,11 +85,12 @@ class Attention(paddle.nn.Layer):
             k = self.k_norm(k.reshape([-1, self.head_dim])).reshape([t, self.num_kv_heads, self.head_dim])
             qk = paddle.concat([q, k], axis=1)
         # q and k heads rotated in one call (same positions): [T, num_heads + num_kv_heads, head_dim]
-        q, k = paddle.split(apply_rotary(qk, cos, sin), [self.num_heads, self.num_kv_heads], axis=1)
+        q, k = paddle.split(apply_rotary_factors(qk, cos, sin), [self.num_heads, self.num_kv_heads], axis=1)
         v = v.reshape([t, self.num_kv_heads, self.head_dim])
         out = ops.paged_attention(q, k, v, key_cache, value_cache, block_tables, meta.cu_seqlens_q,
                                   meta.seq_lens_decoder, meta.seq_lens_this_time, meta.batch_id_per_token)
-        return ops.batch_invariant_linear(out.reshape([t, self.q_width]), self.o_proj, self.o_bias)  # [T, H]
+        return ops.batch_invariant_linear(out.reshape([t, self.q_width]), self.linear_weight("o_proj"),
+                                          self.o_bias)  # [T, H]
 
     def project_train(self, x, cos, sin):
         """Training-path q, k (normed, rotated) and v of x [B, L, H]: [B, L, heads or kv_heads, head_dim] each."""
@@ -119,8 +124,10 @@ class Attention(paddle.nn.Layer):
         return self.output_train(out.transpose([0, 2, 1, 3]).reshape([b, length, self.q_width]))
 
 
-class SwiGLU(paddle.nn.Layer):
+class SwiGLU(PackedWeights, paddle.nn.Layer):
     """down(silu(gate(x)) * up(x)), gate and up fused in one [H, 2I] weight (gate first)."""
+
+    PACKED = ("gate_up_proj", "down_proj")
 
     def __init__(self, hidden_size: int, intermediate_size: int, out_std: float, *, bias: bool = False):
         super().__init__()
@@ -132,8 +139,9 @@ class SwiGLU(paddle.nn.Layer):
 
     def forward(self, x):
         """Inference. x [T, H] -> [T, H]."""
-        gate, up = paddle.split(ops.batch_invariant_linear(x, self.gate_up_proj, self.gate_up_bias), 2, axis=-1)
-        return ops.batch_invariant_linear(rowwise(F.silu, gate) * up, self.down_proj, self.down_bias)
+        gate_up = ops.batch_invariant_linear(x, self.linear_weight("gate_up_proj"), self.gate_up_bias)
+        gate, up = paddle.split(gate_up, 2, axis=-1)
+        return ops.batch_invariant_linear(rowwise(F.silu, gate) * up, self.linear_weight("down_proj"), self.down_bias)
 
     def forward_train(self, x):
         """Training. x [B, L, H] -> [B, L, H]."""
@@ -155,6 +163,11 @@ class DecoderLayer(paddle.nn.Layer):
                               o_bias=o_bias, qk_norm=qk_norm, rms_norm_eps=rms_norm_eps)
         self.post_attn_norm = RMSNorm(hidden_size, rms_norm_eps)
         self.mlp = SwiGLU(hidden_size, intermediate_size, out_std, bias=mlp_bias)
+
+    def pack_weights(self, dtype: str = "float32") -> None:
+        """Inference copies of the four projections (PackedWeights.pack_weights)."""
+        self.attn.pack_weights(dtype)
+        self.mlp.pack_weights(dtype)
 
     def forward(self, x, cos, sin, meta: ForwardMeta, key_cache, value_cache, block_tables):
         """Inference. x [T, H] -> [T, H]; writes this step's K/V into the caches."""

@@ -54,11 +54,16 @@ class RotaryEmbedding:
         if scaling is not None:
             inv_freq = scaling.apply(inv_freq)
         angles = np.arange(max_position, dtype=np.float64)[:, None] * inv_freq[None, :]
-        self.cos = paddle.to_tensor(np.cos(angles).astype(np.float32))  # [max_position, head_dim / 2]
-        self.sin = paddle.to_tensor(np.sin(angles).astype(np.float32))
+        cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+        self.cos = paddle.to_tensor(cos)  # [max_position, head_dim / 2]
+        self.sin = paddle.to_tensor(sin)
+        # The inference path's per-position factors (apply_rotary_factors): [max_position, head_dim] each.
+        self.cos_full = paddle.to_tensor(np.concatenate([cos, cos], axis=1))
+        self.sin_signed = paddle.to_tensor(np.concatenate([-sin, sin], axis=1))
 
     def to(self, place) -> RotaryEmbedding:
         self.cos, self.sin = self.cos.to(place), self.sin.to(place)
+        self.cos_full, self.sin_signed = self.cos_full.to(place), self.sin_signed.to(place)
         return self
 
     def tables(self, positions: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
@@ -67,6 +72,27 @@ class RotaryEmbedding:
         flat = pos.reshape([-1])
         shape = list(positions.shape) + [self.head_dim // 2]
         return paddle.gather(self.cos, flat).reshape(shape), paddle.gather(self.sin, flat).reshape(shape)
+
+
+    def factors(self, positions: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
+        """apply_rotary_factors' cos_full, sin_signed for positions [T] (clamped): [T, 1, head_dim] each,
+        gathered once per step and shared by every layer."""
+        pos = paddle.clip(positions.astype("int64"), 0, self.max_position - 1).reshape([-1])
+        shape = [pos.shape[0], 1, self.head_dim]
+        return paddle.gather(self.cos_full, pos).reshape(shape), paddle.gather(self.sin_signed, pos).reshape(shape)
+
+
+def apply_rotary_factors(x: paddle.Tensor, cos_full: paddle.Tensor, sin_signed: paddle.Tensor) -> paddle.Tensor:
+    """apply_rotary in four ops, with its bits: x * [c, c] + roll(x, d/2) * [-s, s], i.e.
+    x1 * c + x2 * (-s) == x1 * c - x2 * s and x2 * c + x1 * s exactly (negation is exact in IEEE).
+
+    Args:
+        x: [T, heads, head_dim].
+        cos_full, sin_signed: [T, 1, head_dim] from RotaryEmbedding.factors.
+    Returns:
+        [T, heads, head_dim].
+    """
+    return x * cos_full + paddle.roll(x, x.shape[-1] // 2, axis=-1) * sin_signed
 
 
 def apply_rotary(x: paddle.Tensor, cos: paddle.Tensor, sin: paddle.Tensor) -> paddle.Tensor:

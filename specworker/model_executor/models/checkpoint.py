@@ -81,7 +81,7 @@ def load_target(model_config: ModelConfig, place=None) -> LlamaModel:
                          "linear op is float32 only)")
     model_dir = target_dir(model_config)
     if is_hf_checkpoint(model_dir):
-        return load_hf_target(model_dir, place)
+        return load_hf_target(model_dir, place, linear_weight_dtype=model_config.linear_weight_dtype)
     arch = read_arch(model_dir)
     if model_config.is_builtin:
         for key in ARCH_FIELDS:
@@ -93,7 +93,9 @@ def load_target(model_config: ModelConfig, place=None) -> LlamaModel:
         model = LlamaModel(arch)
     _load_state(model, model_dir / TARGET_FILE)
     model.eval()
-    return model.to_place(place or paddle.CPUPlace())
+    model.to_place(place or paddle.CPUPlace())
+    model.pack_weights(model_config.linear_weight_dtype)
+    return model
 
 
 def draft_file(path_or_builtin: str) -> Path:
@@ -107,16 +109,19 @@ def draft_file(path_or_builtin: str) -> Path:
     return path / MTP_FILE if path.is_dir() else path
 
 
-def load_mtp(path_or_builtin: str, target: LlamaModel, place=None) -> MTPDraft:
+def load_mtp(path_or_builtin: str, target: LlamaModel, place=None, *,
+             linear_weight_dtype: str = "float32") -> MTPDraft:
     """The MTP draft sharing `target`'s embedding, final norm and lm_head; weights from mtp.safetensors, or
-    from the MTP layer of a Hugging Face checkpoint directory (hf_checkpoint.load_hf_mtp)."""
+    from the MTP layer of a Hugging Face checkpoint directory (hf_checkpoint.load_hf_mtp). Its linear
+    weights are packed for inference in linear_weight_dtype (LlamaModel.pack_weights)."""
     if not path_or_builtin.startswith("builtin:") and is_hf_checkpoint(path_or_builtin):
-        return load_hf_mtp(path_or_builtin, target, place)
+        return load_hf_mtp(path_or_builtin, target, place, linear_weight_dtype=linear_weight_dtype)
     with skip_random_init():
         draft = MTPDraft(target)
     _load_state(draft, draft_file(path_or_builtin))
     draft.eval()
     draft.to(place or paddle.CPUPlace())
+    draft.pack_weights(linear_weight_dtype)
     return draft
 
 

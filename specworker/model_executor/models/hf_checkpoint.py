@@ -159,8 +159,10 @@ def _is_mtp_tensor(name: str, arch: LlamaArch) -> bool:
     return name.startswith(prefix)
 
 
-def load_hf_target(model_dir: str | Path, place=None, *, info: HFModelInfo | None = None) -> LlamaModel:
-    """The target of a Hugging Face checkpoint directory on `place` (default CPU), float32 compute.
+def load_hf_target(model_dir: str | Path, place=None, *, info: HFModelInfo | None = None,
+                   linear_weight_dtype: str = "float32") -> LlamaModel:
+    """The target of a Hugging Face checkpoint directory on `place` (default CPU), float32 compute, its linear
+    weights packed for inference in linear_weight_dtype (LlamaModel.pack_weights).
 
     Raises FileNotFoundError (config, weights or a shard missing) or ValueError (unsupported config,
     a tensor missing, unexpected or of the wrong shape, an unreadable or truncated file), naming the file.
@@ -184,10 +186,13 @@ def load_hf_target(model_dir: str | Path, place=None, *, info: HFModelInfo | Non
                            (arch.tie_word_embeddings and name == "lm_head.weight"))
     model.eos_token_ids = info.eos_token_ids
     model.eval()
-    return model.to_place(place or paddle.CPUPlace())
+    model.to_place(place or paddle.CPUPlace())
+    model.pack_weights(linear_weight_dtype)
+    return model
 
 
-def load_hf_mtp(model_dir: str | Path, target: LlamaModel, place=None) -> MTPDraft:
+def load_hf_mtp(model_dir: str | Path, target: LlamaModel, place=None, *,
+                linear_weight_dtype: str = "float32") -> MTPDraft:
     """The MTP draft stored in a Hugging Face checkpoint (ERNIE or DeepSeek-V3 naming), sharing `target`'s
     embedding, lm_head and (ERNIE) final norm. Raises ValueError when the checkpoint has no MTP layer."""
     info = read_hf_config(model_dir)
@@ -218,4 +223,5 @@ def load_hf_mtp(model_dir: str | Path, target: LlamaModel, place=None) -> MTPDra
     _fill(draft, values, f"{model_dir} MTP layer")
     draft.eval()
     draft.to(place or paddle.CPUPlace())
+    draft.pack_weights(linear_weight_dtype)
     return draft

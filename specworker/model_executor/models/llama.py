@@ -15,6 +15,7 @@ import paddle
 from specworker.model_executor import ops
 from specworker.model_executor.forward_meta import ForwardMeta
 from specworker.model_executor.layers.decoder_layer import INIT_STD, DecoderLayer, make_weight
+from specworker.model_executor.layers.packed_weights import PackedWeights
 from specworker.model_executor.layers.rms_norm import RMSNorm
 from specworker.model_executor.layers.rotary import RopeScaling, RotaryEmbedding
 from specworker.model_executor.models.kv_cache import KVCache
@@ -82,8 +83,10 @@ def token_positions(meta: ForwardMeta, token_num: int) -> paddle.Tensor:
     return paddle.gather(meta.seq_lens_decoder.reshape([-1]), slot) + row - start
 
 
-class LlamaModel(paddle.nn.Layer):
+class LlamaModel(PackedWeights, paddle.nn.Layer):
     """Llama-family target: embed -> num_layers x DecoderLayer -> norm -> lm_head, float32 compute."""
+
+    PACKED = ("lm_head",)
 
     def __init__(self, arch: LlamaArch):
         super().__init__()
@@ -101,6 +104,13 @@ class LlamaModel(paddle.nn.Layer):
         self.to(place)
         self.rotary.to(place)
         return self
+
+    def pack_weights(self, dtype: str = "float32") -> None:
+        """Inference copies of every projection and the lm_head (PackedWeights.pack_weights); the loaders
+        call it once. dtype "bfloat16" rounds them to bfloat16 (half the bytes per step)."""
+        super().pack_weights(dtype)
+        for layer in self.layers:
+            layer.pack_weights(dtype)
 
     def new_kv_cache(self, num_blocks: int, block_size: int, place=None) -> KVCache:
         """A zeroed KVCache shaped for this model."""
@@ -127,7 +137,7 @@ class LlamaModel(paddle.nn.Layer):
         """
         token_num = ids_remove_padding.shape[0]
         x = self.embed(ids_remove_padding)  # [token_num, H]
-        cos, sin = self.rotary.tables(token_positions(meta, token_num))
+        cos, sin = self.rotary.factors(token_positions(meta, token_num))  # [token_num, 1, head_dim] each
         for i, layer in enumerate(self.layers):
             key_cache, value_cache = kv_cache.layer(i)
             x = layer(x, cos, sin, meta, key_cache, value_cache, block_tables)
@@ -136,7 +146,7 @@ class LlamaModel(paddle.nn.Layer):
     @paddle.no_grad()
     def compute_logits(self, rows: paddle.Tensor) -> paddle.Tensor:
         """lm_head(norm(rows)). Args: rows [R, H] float32. Returns [R, V] float32."""
-        return ops.batch_invariant_linear(self.norm(rows), self.lm_head)
+        return ops.batch_invariant_linear(self.norm(rows), self.linear_weight("lm_head"))
 
     def forward_train(self, ids: paddle.Tensor) -> paddle.Tensor:
         """Training path over whole sequences from position 0. Args: ids [B, L] int64. Returns [B, L, H]."""

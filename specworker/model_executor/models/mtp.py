@@ -16,13 +16,16 @@ import paddle.nn.functional as F
 from specworker.model_executor import ops
 from specworker.model_executor.forward_meta import ForwardMeta
 from specworker.model_executor.layers.decoder_layer import DecoderLayer, make_weight
+from specworker.model_executor.layers.packed_weights import PackedWeights
 from specworker.model_executor.layers.rms_norm import RMSNorm
 from specworker.model_executor.models.kv_cache import KVCache
 from specworker.model_executor.models.llama import LlamaModel, token_positions
 
 
-class MTPDraft(paddle.nn.Layer):
+class MTPDraft(PackedWeights, paddle.nn.Layer):
     """One-layer draft on top of a LlamaModel target; its own KV cache has one layer."""
+
+    PACKED = ("eh_proj",)
 
     def __init__(self, target: LlamaModel, *, hidden_after_norm: bool = False, own_final_norm: bool = False):
         """hidden_after_norm: h_i enters hnorm after a final norm (ERNIE 4.5 / DeepSeek-V3 checkpoints: the
@@ -39,6 +42,11 @@ class MTPDraft(paddle.nn.Layer):
         self.eh_proj = make_weight(self, [2 * arch.hidden_size, arch.hidden_size])
         self.layer = DecoderLayer(**arch.layer_kwargs())
         self.final_norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps) if own_final_norm else None
+
+    def pack_weights(self, dtype: str = "float32") -> None:
+        """Inference copies of eh_proj and the layer's projections (the lm_head is the target's)."""
+        super().pack_weights(dtype)
+        self.layer.pack_weights(dtype)
 
     def _output_norm(self) -> RMSNorm:
         return self.target.norm if self.final_norm is None else self.final_norm
@@ -71,8 +79,8 @@ class MTPDraft(paddle.nn.Layer):
         """
         token_num = ids.shape[0]
         fused = paddle.concat([self.enorm(self.target.embed(ids)), self.hnorm(prev_hidden)], axis=-1)
-        x = ops.batch_invariant_linear(fused, self.eh_proj)  # [token_num, H]
-        cos, sin = self.target.rotary.tables(token_positions(meta, token_num))
+        x = ops.batch_invariant_linear(fused, self.linear_weight("eh_proj"))  # [token_num, H]
+        cos, sin = self.target.rotary.factors(token_positions(meta, token_num))
         key_cache, value_cache = kv_cache.layer(0)
         return self.layer(x, cos, sin, meta, key_cache, value_cache, block_tables)
 
@@ -80,7 +88,7 @@ class MTPDraft(paddle.nn.Layer):
         """The target's lm_head(norm(rows)) (the draft's own norm when it has one). rows [R, H] -> [R, V]."""
         if self.final_norm is None:
             return self.target.compute_logits(rows)
-        return ops.batch_invariant_linear(self.final_norm(rows), self.target.lm_head)
+        return ops.batch_invariant_linear(self.final_norm(rows), self.target.linear_weight("lm_head"))
 
     def forward_train(self, ids: paddle.Tensor, target_hidden: paddle.Tensor) -> paddle.Tensor:
         """Training path. Args: ids [B, L] int64 (token_{i+1} at column i); target_hidden [B, L, H] (h_i).

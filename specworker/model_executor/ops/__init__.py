@@ -1,7 +1,8 @@
 """Typed Python wrappers of the specworker custom ops.
 
 Every wrapper accepts CPU or GPU tensors; the C++ op dispatches on place, so no Python code
-branches on the platform. _extension.py is the only importer of the compiled library; the
+branches on the platform (pack_linear_weight aside: it picks the weight layout the device's linear
+kernel streams fastest, once at load). _extension.py is the only importer of the compiled library; the
 wrappers live by op family (index_ops, sampling_ops, state_ops, ngram_ops, model_ops) and are re-exported here.
 """
 
@@ -36,7 +37,9 @@ from specworker.model_executor.ops.state_ops import (  # noqa: F401
 from specworker.model_executor.ops.ngram_ops import ngram_match  # noqa: F401
 from specworker.model_executor.ops.model_ops import (  # noqa: F401
     paged_attention,
+    LINEAR_WEIGHT_DTYPES,
     batch_invariant_linear,
+    pack_linear_weight,
 )
 
 __all__ = [
@@ -65,5 +68,7 @@ __all__ = [
     "draft_model_postprocess",
     "ngram_match",
     "paged_attention",
+    "LINEAR_WEIGHT_DTYPES",
     "batch_invariant_linear",
+    "pack_linear_weight",
 ]

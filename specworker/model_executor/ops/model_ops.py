@@ -91,6 +91,10 @@ def paged_attention(
     return out[0] if isinstance(out, (list, tuple)) else out
 
 
+LINEAR_PANEL = 32  # columns per weight panel of the CPU linear kernel
+LINEAR_WEIGHT_DTYPES = ("float32", "bfloat16")
+
+
 @op_wrapper
 def batch_invariant_linear(
     x: paddle.Tensor, weight: paddle.Tensor, bias: paddle.Tensor | None = None
@@ -99,26 +103,69 @@ def batch_invariant_linear(
     the other rows of the call (how many there are, or where the row sits).
 
     Same arguments as paddle.nn.functional.linear (weight is [in_features, out_features], the
-    layout of paddle.nn.Linear.weight; a checkpoint's [N, K] matrix is transposed once at load).
-    Every output is
+    layout of paddle.nn.Linear.weight; a checkpoint's [N, K] matrix is transposed once at load),
+    or on CPU the panels pack_linear_weight makes of it. Every output is
         acc = +0.0; for k in 0 .. K-1: acc = float32(acc + float32(x[r, k] * weight[k, n]))
         out[r, n] = float32(acc + bias[n])   (or acc without bias)
     i.e. a left-to-right float32 sum of rounded products, never fused or reassociated, on CPU
-    and GPU alike (the two agree bit for bit). Speculative decoding needs this to be lossless:
-    a BLAS matmul picks its summation order from M, so a token's logits on a 1-row decode step
-    and on a (k+1)-row verify step differ in the last bits and near-tie argmaxes flip.
+    and GPU alike (the two agree bit for bit), whatever the layout, instruction set or thread
+    count (SPECWORKER_LINEAR_THREADS). Speculative decoding needs this to be lossless: a BLAS
+    matmul picks its summation order from M, so a token's logits on a 1-row decode step and on a
+    (k+1)-row verify step differ in the last bits and near-tie argmaxes flip.
 
     Args:
         x: [M, K] float32, M >= 0 (M = 0 gives a [0, N] result).
-        weight: [K, N] float32.
+        weight: [K, N] float32, or (CPU) panels [N / 32, K, 32] float32 / bfloat16 from
+            pack_linear_weight (a bfloat16 weight is widened to float32 exactly).
         bias: [N] float32, or None.
     Returns:
         out: [M, N] float32 on x's device.
     Raises:
-        ValueError: a dtype other than float32, x or weight not 2-D, weight.shape[0] != K, bias
-            not [N], inputs on different devices, a size over 2**31 - 1. No input value is used
-            as an index, so the CPU and GPU ops raise on exactly the same inputs.
+        ValueError: a dtype other than float32 (bfloat16 panels aside), x or weight of the wrong
+            rank, K mismatch, panels not [N / 32, K, 32] or on a GPU, bias not [N], inputs on
+            different devices, a size over 2**31 - 1. No input value is used as an index, so the
+            CPU and GPU ops raise on exactly the same inputs (panels aside).
     Example: x [[1, 2]], weight [[1, 0, 1], [0, 1, 1]], bias [0, 0, 10] -> [[1, 2, 13]].
     """
     out = _run("batch_invariant_linear", x, weight, bias)
     return out[0] if isinstance(out, (list, tuple)) else out
+
+
+def pack_linear_weight(weight: paddle.Tensor, dtype: str = "float32") -> paddle.Tensor:
+    """weight in the layout batch_invariant_linear streams fastest on its device; made once at load.
+
+    On CPU with N % 32 == 0: panels [N / 32, K, 32] in `dtype`, panel p row k = weight[k, 32p : 32p + 32]
+    (one contiguous stream per 32 columns); bfloat16 halves the bytes and stores a row's columns in pairs
+    (j, j + 16): element 2j = column 32p + j, element 2j + 1 = column 32p + j + 16, so the kernel widens
+    16 pairs with one shift and one mask. Elsewhere (GPU, or N % 32 != 0):
+    the [K, N] weight itself, or for bfloat16 its values rounded to bfloat16 (returned as float32), so
+    every layout computes with the same values:
+        batch_invariant_linear(x, pack_linear_weight(w, d)) has the bits of
+        batch_invariant_linear(x, w if d == "float32" else w.astype(bfloat16).astype(float32)).
+    The only platform branch of the model path: the CUDA kernel reads [K, N] alone.
+
+    Args:
+        weight: [K, N] float32.
+        dtype: "float32" or "bfloat16" (round to nearest even).
+    Returns:
+        a new tensor (the parameter is not aliased), or weight itself (float32 [K, N] kept as is).
+    Raises:
+        ValueError: weight not a 2-D float32 tensor, or an unknown dtype.
+    Example: w [2, 64] -> panels [2, 2, 32] with panels[1, 0] == w[0, 32:64]; bfloat16: panels[1, 0, :4] ==
+        w[0, [32, 48, 33, 49]].
+    """
+    if dtype not in LINEAR_WEIGHT_DTYPES:
+        raise ValueError(f"pack_linear_weight: dtype = {dtype!r}; allowed: {', '.join(LINEAR_WEIGHT_DTYPES)}")
+    if weight.dtype != paddle.float32 or len(weight.shape) != 2:
+        raise ValueError(f"pack_linear_weight: weight has dtype {weight.dtype} and shape {list(weight.shape)}, "
+                         "expected a 2-D float32 [K, N]")
+    k, n = weight.shape
+    if dtype == "bfloat16":
+        weight = paddle.cast(weight, "bfloat16")
+    if weight.place.is_cpu_place() and n % LINEAR_PANEL == 0 and n > 0:
+        panels = weight.reshape([k, n // LINEAR_PANEL, LINEAR_PANEL]).transpose([1, 0, 2])  # [P, K, 32]
+        if dtype == "bfloat16":  # [P, K, 2, 16] -> [P, K, 16, 2]: pairs (j, j + 16)
+            panels = panels.reshape([n // LINEAR_PANEL, k, 2, 16]).transpose([0, 1, 3, 2])
+            panels = panels.reshape([n // LINEAR_PANEL, k, LINEAR_PANEL])
+        return panels.contiguous()
+    return paddle.cast(weight, "float32") if dtype == "bfloat16" else weight
