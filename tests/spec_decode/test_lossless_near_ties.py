@@ -32,7 +32,11 @@ def _requests() -> list[Req]:
 
 def _matmul_linear(x, weight, bias=None):
     """A plain BLAS linear: the bits of a row depend on how many rows share the call (Paddle 3.3's CPU
-    matmul rounds differently below 8 rows than at 8 or more)."""
+    matmul rounds differently below 8 rows than at 8 or more). Accepts the float32 weight panels
+    [N / 32, K, 32] of ops.pack_linear_weight as well as [K, N]."""
+    if len(weight.shape) == 3:
+        panels, k, width = weight.shape
+        weight = weight.transpose([1, 0, 2]).reshape([k, panels * width])
     out = paddle.matmul(x, weight)
     return out if bias is None else out + bias
 
