@@ -15,7 +15,8 @@ from specworker.batch_run import BatchRun, UserError, load_worker, run_batch
 from specworker.config import SchedulerConfig, SpeculativeConfig, WorkerConfig
 from specworker.sampling_params import SamplingParams
 
-__all__ = ["BenchSettings", "OutputMismatch", "batch_prompts", "bench_configs", "first_mismatch", "num_runs", "run_bench", "spread"]
+__all__ = ["BenchSettings", "OutputMismatch", "batch_prompts", "bench_configs", "first_mismatch", "num_runs", "run_bench",
+           "spread"]
 
 MODES = ("baseline", "speculative")
 
@@ -52,8 +53,8 @@ def bench_configs(config: WorkerConfig, batch_size: int) -> tuple[WorkerConfig, 
     sched, spec = config.scheduler, config.speculative_config
     if not spec.needs_proposer:
         raise UserError(f"speculative_config.method = {spec.method!r}: bench compares against speculative "
-                        "decoding; allowed: a config with a proposer, method: mtp or ngram (e.g. configs/mtp_tiny.yaml, "
-                        "configs/ngram_tiny.yaml)")
+                        "decoding; allowed: a config with a proposer, method: mtp, ngram or suffix (e.g. "
+                        "configs/mtp_tiny.yaml, configs/ngram_tiny.yaml)")
     wide = SchedulerConfig(
         max_num_seqs=batch_size, max_model_len=sched.max_model_len, block_size=sched.block_size,
         num_blocks=max(sched.num_blocks, batch_size * sched.max_blocks_per_seq),
@@ -128,7 +129,8 @@ def run_bench(config: WorkerConfig, prompts: Sequence[str], settings: BenchSetti
         bench_configs(config, batch_size)  # reject a bad config before any run
     results = [_bench_one(config, prompts, b, settings, on_run) for b in settings.batch_sizes]
     return {
-        "config": config_source, "prompts": prompts_source, "num_prompts": len(prompts), "settings": dataclasses.asdict(settings) | {"temperature": 0.0},
+        "config": config_source, "prompts": prompts_source, "num_prompts": len(prompts),
+        "settings": dataclasses.asdict(settings) | {"temperature": 0.0},
         "method": config.speculative_config.method,
         "num_speculative_tokens": config.speculative_config.num_speculative_tokens,
         "num_model_steps": config.speculative_config.num_model_steps,
