@@ -37,12 +37,16 @@ def write_host_drafts(share_inputs: Mapping[str, paddle.Tensor], drafts: np.ndar
     if drafts.shape != (num_slots, k) or num_drafts.shape != (num_slots,) or idle.shape != (num_slots,):
         raise ValueError(f"write_host_drafts: drafts {drafts.shape}, num_drafts {num_drafts.shape}, idle "
                          f"{idle.shape}; expected ({num_slots}, {k}), ({num_slots},), ({num_slots},)")
-    packed = np.concatenate([drafts.astype(np.int64), num_drafts.astype(np.int64)[:, None],
-                             idle.astype(np.int64)[:, None]], axis=1)  # [N, k + 2]: one upload
-    host = paddle.to_tensor(packed, place=t["draft_tokens"].place)
-    room = (t["max_dec_len"] - t["step_idx"] - 1).clip(min=0)  # [N] i64
-    m = paddle.minimum(paddle.minimum(host[:, k], t["actual_draft_token_nums"].astype("int64")), room)  # [N]
-    cols = paddle.arange(k, dtype="int64").unsqueeze(0)  # [1, k]
-    t["draft_tokens"][:, 1:] = paddle.where(cols < m.unsqueeze(1), host[:, :k], paddle.full_like(host[:, :k], -1))
-    lens = paddle.where(host[:, k + 1] > 0, paddle.zeros_like(m), m + 1)
+    # One upload: [N, 2k + 1] = drafts | the column index j where j < num_drafts, else k (a "never" marker) |
+    # 0 for an idle slot, else 1. Comparing the markers with the device cap keeps the op count low.
+    packed = np.empty([num_slots, 2 * k + 1], dtype=np.int64)
+    packed[:, :k] = drafts
+    cols = np.arange(k, dtype=np.int64)
+    packed[:, k:2 * k] = np.where(cols[None, :] < num_drafts[:, None], cols[None, :], k)
+    packed[:, 2 * k] = ~idle
+    tokens, marks, live = paddle.split(paddle.to_tensor(packed, place=t["draft_tokens"].place), [k, k, 1], axis=1)
+    cap = paddle.minimum(t["actual_draft_token_nums"].astype("int64"), t["max_dec_len"] - t["step_idx"] - 1)  # [N]
+    keep = marks < cap.unsqueeze(1)  # [N, k]: draft j is kept iff j < num_drafts and j < cap
+    t["draft_tokens"][:, 1:] = paddle.where(keep, tokens, paddle.full_like(tokens, -1))
+    lens = (keep.astype("int64").sum(axis=1) + 1) * live.squeeze(1)  # [N]: 1 + kept drafts, 0 when idle
     paddle.assign(lens.astype("int32"), output=t["seq_lens_this_time"])

@@ -25,7 +25,6 @@ class _Node(dict):
     __slots__ = ("count", "cont", "best", "best_token")
 
     def __init__(self) -> None:
-        super().__init__()
         self.count = 0
         self.cont = 0
         self.best: _Node | None = None
@@ -87,24 +86,35 @@ class SuffixTree:
 
     def _add(self, active: list[_Node], token: int, delta: int) -> list[_Node]:
         """Counts `token` after every suffix in `active` (and after the empty one); returns the new suffixes."""
+        if delta < 0:
+            return self._remove_one(active, token)
         keep = self.max_depth - 1  # deeper nodes get counted but never a child
         new = []
-        for node in [self.root, *active]:
+        for node in (self.root, *active):  # the hot loop of every update: kept plain
             child = node.get(token)
             if child is None:
-                if delta < 0:  # removing a sequence that is not in the tree
-                    raise ValueError(f"SuffixTree.remove: token {token} was never inserted after this context")
                 child = node[token] = _Node()
-            child.count += delta
-            node.cont += delta
-            if delta > 0:
-                if node.best is None or child.count >= node.best.count:
-                    node.best, node.best_token = child, token
-            elif child.count == 0:
-                del node[token]
-                if node.best is child:
-                    _pick_best(node)
-            elif node.best is child:
+            count = child.count = child.count + 1
+            node.cont += 1
+            best = node.best
+            if best is None or count >= best.count:
+                node.best, node.best_token = child, token
+            if len(new) < keep:
+                new.append(child)
+        return new
+
+    def _remove_one(self, active: list[_Node], token: int) -> list[_Node]:
+        keep = self.max_depth - 1
+        new = []
+        for node in (self.root, *active):
+            child = node.get(token)
+            if child is None:
+                raise ValueError(f"SuffixTree.remove: token {token} was never inserted after this context")
+            child.count -= 1
+            node.cont -= 1
+            if child.count == 0:
+                del node[token]  # its subtree is emptied by the tokens that follow (it stays in `new`)
+            if node.best is child:
                 _pick_best(node)
             if len(new) < keep:
                 new.append(child)
