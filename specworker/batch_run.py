@@ -198,7 +198,7 @@ def run_queued(worker, prompts: Sequence[str], req_ids: Sequence[str], *,
                     spec_stats=_stats_delta(worker.spec_stats, stats_before))
 
 
-def run_batch(worker, prompts: Sequence[str], params: SamplingParams, *,
+def run_batch(worker, prompts: Sequence[str], params: SamplingParams, *, chat: bool = False,
               on_tokens: Callable[[int], None] | None = None) -> BatchRun:
     """queue_prompts then run_queued: every prompt through an idle worker to completion.
 
@@ -206,10 +206,11 @@ def run_batch(worker, prompts: Sequence[str], params: SamplingParams, *,
         worker: a Worker with no unfinished request.
         prompts: the texts, encoded by the model's tokenizer.
         params: sampling parameters shared by every request.
+        chat: send each prompt as one user message through the model's chat template (encode_prompts).
         on_tokens: called after each step with the number of tokens the step generated.
     Raises UserError when a prompt cannot be queued.
     """
-    return run_queued(worker, prompts, queue_prompts(worker, prompts, params), on_tokens=on_tokens)
+    return run_queued(worker, prompts, queue_prompts(worker, prompts, params, chat=chat), on_tokens=on_tokens)
 
 
 def _stats_delta(after: SpecDecodeStats | None, before: SpecDecodeStats | None) -> SpecDecodeStats | None:

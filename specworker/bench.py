@@ -15,7 +15,8 @@ from specworker.batch_run import BatchRun, UserError, load_worker, run_batch
 from specworker.config import SchedulerConfig, SpeculativeConfig, WorkerConfig
 from specworker.sampling_params import SamplingParams
 
-__all__ = ["BenchSettings", "OutputMismatch", "bench_configs", "first_mismatch", "num_runs", "run_bench", "spread"]
+__all__ = ["BenchSettings", "OutputMismatch", "batch_prompts", "bench_configs", "first_mismatch", "num_runs", "run_bench",
+           "spread"]
 
 MODES = ("baseline", "speculative")
 
@@ -30,6 +31,8 @@ class BenchSettings:
     max_tokens: int  # generated tokens per request at most
     warmup: int  # untimed runs per mode and batch size (still checked for equality)
     repeats: int  # timed runs per mode and batch size
+    chat: bool = False  # prompts go through the model's chat template as one user message each
+    rotate_prompts: bool = False  # run r takes the next batch_size prompts of the set (else always the first)
 
     def __post_init__(self) -> None:
         if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
@@ -50,8 +53,8 @@ def bench_configs(config: WorkerConfig, batch_size: int) -> tuple[WorkerConfig, 
     sched, spec = config.scheduler, config.speculative_config
     if not spec.needs_proposer:
         raise UserError(f"speculative_config.method = {spec.method!r}: bench compares against speculative "
-                        "decoding; allowed: a config with a proposer, method: mtp or ngram (e.g. configs/mtp_tiny.yaml, "
-                        "configs/ngram_tiny.yaml)")
+                        "decoding; allowed: a config with a proposer, method: mtp, ngram or suffix (e.g. "
+                        "configs/mtp_tiny.yaml, configs/ngram_tiny.yaml)")
     wide = SchedulerConfig(
         max_num_seqs=batch_size, max_model_len=sched.max_model_len, block_size=sched.block_size,
         num_blocks=max(sched.num_blocks, batch_size * config.max_blocks_per_seq),
@@ -69,6 +72,12 @@ def first_mismatch(baseline: BatchRun, speculative: BatchRun) -> str | None:
             return (f"request {i} ({baseline.prompts[i][:30]!r}...) differs at token {j}: baseline {got(a)}, "
                     f"speculative {got(b)} ({len(a)} vs {len(b)} tokens)")
     return None
+
+
+def batch_prompts(prompts: Sequence[str], batch_size: int, run: int) -> list[str]:
+    """The prompts of one run: batch_size consecutive prompts of the set from run * batch_size on, wrapping
+    around. Example: 5 prompts, batch size 2 -> run 0: [p0, p1], run 1: [p2, p3], run 2: [p4, p0]."""
+    return [prompts[(run * batch_size + i) % len(prompts)] for i in range(batch_size)]
 
 
 def _summary(runs: list[BatchRun]) -> dict:
@@ -90,14 +99,14 @@ def _bench_one(config: WorkerConfig, prompts: Sequence[str], batch_size: int, se
     """Interleaved baseline / speculative runs at one batch size; raises OutputMismatch on any difference."""
     configs = dict(zip(MODES, bench_configs(config, batch_size)))
     workers = {mode: load_worker(cfg, source=f"bench batch size {batch_size} ({mode})") for mode, cfg in configs.items()}
-    requests = [prompts[i % len(prompts)] for i in range(batch_size)]
     params = SamplingParams(temperature=0.0, max_tokens=settings.max_tokens)
     timed = {mode: [] for mode in MODES}
     for rep in range(settings.warmup + settings.repeats):
+        requests = batch_prompts(prompts, batch_size, rep if settings.rotate_prompts else 0)
         order = MODES if rep % 2 == 0 else MODES[::-1]  # alternate who goes first: drift hits both
         runs = {}
         for mode in order:
-            runs[mode] = run_batch(workers[mode], requests, params)
+            runs[mode] = run_batch(workers[mode], requests, params, chat=settings.chat)
             if on_run is not None:
                 on_run()
         where = first_mismatch(runs["baseline"], runs["speculative"])
@@ -112,7 +121,7 @@ def _bench_one(config: WorkerConfig, prompts: Sequence[str], batch_size: int, se
 
 
 def run_bench(config: WorkerConfig, prompts: Sequence[str], settings: BenchSettings, *, config_source: str,
-              on_run: Callable[[], None] | None = None) -> dict:
+              prompts_source: str | None = None, on_run: Callable[[], None] | None = None) -> dict:
     """Every batch size of settings; the bench.json content. on_run is called after each run (progress)."""
     import paddle
 
@@ -120,7 +129,8 @@ def run_bench(config: WorkerConfig, prompts: Sequence[str], settings: BenchSetti
         bench_configs(config, batch_size)  # reject a bad config before any run
     results = [_bench_one(config, prompts, b, settings, on_run) for b in settings.batch_sizes]
     return {
-        "config": config_source, "settings": dataclasses.asdict(settings) | {"temperature": 0.0},
+        "config": config_source, "prompts": prompts_source, "num_prompts": len(prompts),
+        "settings": dataclasses.asdict(settings) | {"temperature": 0.0},
         "method": config.speculative_config.method,
         "num_speculative_tokens": config.speculative_config.num_speculative_tokens,
         "num_model_steps": config.speculative_config.num_model_steps,

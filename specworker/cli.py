@@ -144,7 +144,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from specworker.batch_run import load_worker
+    from specworker.batch_run import encode_prompts, load_worker, tokenizer_of
     from specworker.bench import BenchSettings, bench_configs, num_runs, run_bench
     from specworker.report import bench_table, plot_bench, splice_readme
 
@@ -155,7 +155,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                         "(it is in requirements.txt)") from None
     config, prompts = _load(args)
     settings = BenchSettings(batch_sizes=args.batch_sizes, max_tokens=args.max_tokens, warmup=args.warmup,
-                             repeats=args.repeats)
+                             repeats=args.repeats, chat=args.chat, rotate_prompts=args.rotate_prompts)
     readme = None
     if args.readme is not None:  # read before the bench runs, so a bad path fails fast
         try:
@@ -165,15 +165,20 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         splice_readme(readme, "", "")
     for batch_size in settings.batch_sizes:  # config, device and weights errors before the progress bar
         bench_configs(config, batch_size)
-    load_worker(config, source=str(args.config))
+    worker = load_worker(config, source=str(args.config))
+    if args.chat:  # a model without a chat template fails here, not after the first runs
+        encode_prompts(tokenizer_of(worker), prompts, chat=True)
     with tqdm(total=num_runs(settings), unit="run", desc="bench", file=sys.stderr) as bar:
-        bench = run_bench(config, prompts, settings, config_source=str(args.config), on_run=bar.update)
+        bench = run_bench(config, prompts, settings, config_source=str(args.config),
+                          prompts_source=str(_shown(args.prompts)), on_run=bar.update)
     table = bench_table(bench)
     _write(args.out / "bench.json", lambda path: path.write_text(json.dumps(bench, indent=1) + "\n"))
     _write(args.out / "bench.png", lambda path: plot_bench(bench, path))
     machine = bench["machine"]
-    note = (f"`{args.config}`, greedy, {args.max_tokens} new tokens per request, batch size = requests = slots, "
-            f"median of {args.repeats} runs after {args.warmup} warm-up; {machine['device']} "
+    prompts = f"`{_shown(args.prompts)}`" + (" (chat template)" if args.chat else "")
+    which = "the next batch-size prompts in each run" if args.rotate_prompts else "the first batch-size prompts"
+    note = (f"`{args.config}`, {prompts} ({which}), greedy, {args.max_tokens} new tokens per request, batch size = "
+            f"requests = slots, median of {args.repeats} runs after {args.warmup} warm-up; {machine['device']} "
             f"({machine['cpu_count']} cores, {machine['processor']}), Paddle {machine['paddle']}. "
             "Greedy outputs of both modes were identical token for token.")
     print(table)
@@ -213,8 +218,6 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="generate greedily for a batch of prompts and print metrics")
     run.add_argument("--max-tokens", type=_int_at_least(1), default=64, help="new tokens per prompt at most")
     run.add_argument("--json", type=Path, metavar="OUT", help="also write completions and metrics as JSON")
-    run.add_argument("--chat", action="store_true", help="send each prompt as a user message through the model's "
-                     "chat template")
     run.add_argument("--ignore-eos", action="store_true", help="generate max-tokens tokens, past eos")
     run.add_argument("--temperature", type=_float_at_least(0.0), default=0.0,
                      help="0 = greedy (default); > 0 samples, seeded by the config's seed")
@@ -226,9 +229,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=_int_at_least(1), default=7, help="timed runs per mode and batch size")
     bench.add_argument("--out", type=Path, default=Path("build/bench"), help="folder for bench.json, bench.png")
     bench.add_argument("--readme", type=Path, help="also write the table into this README between its markers")
+    bench.add_argument("--rotate-prompts", action="store_true", help="each run takes the next batch-size prompts "
+                       "of the set (default: every run repeats the first batch-size prompts)")
     bench.set_defaults(func=_cmd_bench)
     for sub, default in ((run, DEFAULT_CONFIG), (bench, DEFAULT_BENCH_CONFIG)):
         sub.add_argument("--config", type=Path, default=default, help=f"YAML config (default: configs/{default.name})")
+        sub.add_argument("--chat", action="store_true", help="send each prompt as a user message through the "
+                         "model's chat template")
         sub.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help="one prompt per line, or JSON Lines "
                          '({"prompt": "..."} a line; default: the packaged prompt set)')
     check = commands.add_parser("check-config", help="validate a YAML config")

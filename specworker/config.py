@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -40,8 +41,10 @@ CPU_DTYPES = ("float32",)  # Paddle's CPU matmul has no float16 / bfloat16 kerne
 # bytes a step reads; compute stays float32 (a different, rounded model, equally lossless).
 LINEAR_WEIGHT_DTYPES = ("float32", "bfloat16")
 DEVICES = ("cpu", "gpu")
-METHODS = ("none", "naive", "mtp", "ngram")
-PROPOSER_METHODS = ("mtp", "ngram")  # the methods that draft tokens
+METHODS = ("none", "naive", "mtp", "ngram", "suffix")
+PROPOSER_METHODS = ("mtp", "ngram", "suffix")  # the methods that draft tokens
+MAX_SUFFIX_DEPTH = 64  # suffix: longest context + draft a suffix tree path holds
+MAX_SUFFIX_CACHED_REQUESTS = 100_000  # suffix: finished requests in the global tree
 VERIFY_STRATEGIES = ("greedy", "topp", "target_match", "rejection")
 LOSSY_VERIFY_STRATEGIES = ("topp",)  # sampled requests do not keep the target's distribution
 ACCEPT_POLICIES = ("normal", "accept_all", "reject_all")
@@ -159,8 +162,11 @@ class SpeculativeConfig:
     method `none`: plain decoding. `naive`: the speculative sampler path with no drafts (k = 0).
     `mtp`: an MTP draft module proposes up to k drafts per step. `ngram`: prompt lookup (ngram_match)
     proposes up to k tokens that followed the most recent earlier occurrence of the slot's last
-    max_ngram_size .. min_ngram_size tokens; no draft model. Without a proposer, k must be 0 and
-    `num_model_steps` / `model` unset; verify settings are then unused. The n-gram sizes are ngram's only.
+    max_ngram_size .. min_ngram_size tokens; no draft model. `suffix`: suffix decoding on the host: a
+    suffix tree per request over its prompt and output (and one over recent requests' outputs) proposes
+    the most frequent continuation of the longest matching context, as long as its estimated probability
+    stays >= suffix_min_token_prob. Without a proposer, k must be 0 and `num_model_steps` / `model` unset;
+    verify settings are then unused. The n-gram sizes are ngram's only, the suffix_* keys suffix's only.
     """
 
     SECTION: ClassVar[str] = "speculative_config"
@@ -178,6 +184,10 @@ class SpeculativeConfig:
     benchmark_mode: bool = False  # reject every draft (acceptance 0), for measuring overhead
     max_ngram_size: int = 3  # ngram: longest suffix looked up (FastDeploy's default 5)
     min_ngram_size: int = 1  # ngram: shortest suffix looked up (FastDeploy's default 2)
+    suffix_max_depth: int = 24  # suffix: tree depth = longest matched context + draft (vLLM's default 24)
+    suffix_max_cached_requests: int = 64  # suffix: finished requests whose outputs the global tree holds (0: off)
+    suffix_max_spec_factor: float = 1.0  # suffix: drafts <= this * matched context length
+    suffix_min_token_prob: float = 0.1  # suffix: stop drafting once the path's estimated probability drops below
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -192,17 +202,17 @@ class SpeculativeConfig:
               self.accept_policy, "'normal' or 'reject_all' with benchmark_mode: true",
               "benchmark_mode rejects every draft")
         k, steps = self.num_speculative_tokens, self.num_model_steps
-        self._check_ngram_sizes(s)
+        self._check_method_keys(s)
         if not self.needs_proposer:
             why = f"method {self.method!r} has no proposer"
-            check(k == 0, f"{s}.num_speculative_tokens", k, "0 (or method: mtp or ngram)", why)
+            check(k == 0, f"{s}.num_speculative_tokens", k, "0 (or method: mtp, ngram or suffix)", why)
             check(steps == 1, f"{s}.num_model_steps", steps, "1 (or method: mtp)", why)
             check(self.model is None, f"{s}.model", self.model, "null (or method: mtp)", why)
             return
         check(1 <= k <= MAX_NUM_SPECULATIVE_TOKENS, f"{s}.num_speculative_tokens", k,
               f"1..{MAX_NUM_SPECULATIVE_TOKENS} with method {self.method!r}", "out of range")
-        if self.method == "ngram":
-            why = "method 'ngram' drafts by lookup in the slot's own tokens, without a draft model"
+        if self.method in ("ngram", "suffix"):
+            why = f"method {self.method!r} drafts by lookup in the request's own tokens, without a draft model"
             check(steps == 1, f"{s}.num_model_steps", steps, "1 (or method: mtp)", why)
             check(self.model is None, f"{s}.model", self.model, "null (or method: mtp)", why)
             return
@@ -213,27 +223,46 @@ class SpeculativeConfig:
         check(not self.model.startswith(BUILTIN_PREFIX) or self.model in BUILTIN_DRAFTS, f"{s}.model", self.model,
               "a draft checkpoint path or " + ", ".join(map(repr, BUILTIN_DRAFTS)), "unknown built-in draft model")
 
-    def _check_ngram_sizes(self, s: str) -> None:
-        lo, hi = self.min_ngram_size, self.max_ngram_size
-        if self.method != "ngram":
-            why = f"method {self.method!r} does not search n-grams"
-            for name in ("max_ngram_size", "min_ngram_size"):
+    # Keys that only one method reads; with any other method they must keep their defaults.
+    METHOD_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "ngram": ("max_ngram_size", "min_ngram_size"),
+        "suffix": ("suffix_max_depth", "suffix_max_cached_requests", "suffix_max_spec_factor", "suffix_min_token_prob"),
+    }
+
+    def _check_method_keys(self, s: str) -> None:
+        for method, names in self.METHOD_KEYS.items():
+            if self.method == method:
+                continue
+            why = f"method {self.method!r} does not read it"
+            for name in names:
                 default = self.__dataclass_fields__[name].default
                 check(getattr(self, name) == default, f"{s}.{name}", getattr(self, name),
-                      f"{default}, the default (or method: ngram)", why)
-            return
-        check(1 <= lo <= MAX_NGRAM_SIZE, f"{s}.min_ngram_size", lo, f"1..{MAX_NGRAM_SIZE}", "out of range")
-        check(lo <= hi <= MAX_NGRAM_SIZE, f"{s}.max_ngram_size", hi, f"min_ngram_size = {lo}..{MAX_NGRAM_SIZE}",
-              "out of range")
+                      f"{show(default)}, the default (or method: {method})", why)
+        if self.method == "ngram":
+            lo, hi = self.min_ngram_size, self.max_ngram_size
+            check(1 <= lo <= MAX_NGRAM_SIZE, f"{s}.min_ngram_size", lo, f"1..{MAX_NGRAM_SIZE}", "out of range")
+            check(lo <= hi <= MAX_NGRAM_SIZE, f"{s}.max_ngram_size", hi, f"min_ngram_size = {lo}..{MAX_NGRAM_SIZE}",
+                  "out of range")
+        if self.method == "suffix":
+            low = self.num_speculative_tokens + 1  # a path holds at least one context token and k drafts
+            check(low <= self.suffix_max_depth <= MAX_SUFFIX_DEPTH, f"{s}.suffix_max_depth", self.suffix_max_depth,
+                  f"num_speculative_tokens + 1 = {low}..{MAX_SUFFIX_DEPTH}", "out of range")
+            check(0 <= self.suffix_max_cached_requests <= MAX_SUFFIX_CACHED_REQUESTS,
+                  f"{s}.suffix_max_cached_requests", self.suffix_max_cached_requests,
+                  f"0 (no global tree)..{MAX_SUFFIX_CACHED_REQUESTS}", "out of range")
+            check(self.suffix_max_spec_factor > 0 and math.isfinite(self.suffix_max_spec_factor),
+                  f"{s}.suffix_max_spec_factor", self.suffix_max_spec_factor, "a number > 0", "out of range")
+            check(0 <= self.suffix_min_token_prob <= 1, f"{s}.suffix_min_token_prob", self.suffix_min_token_prob,
+                  "0..1", "out of range")
 
     @property
     def enabled(self) -> bool:
-        """The speculative path (sampler, output-side indices) runs: method naive, mtp or ngram (FastDeploy)."""
+        """The speculative path (sampler, output-side indices) runs: method naive, mtp, ngram or suffix (FastDeploy)."""
         return self.method != "none"
 
     @property
     def needs_proposer(self) -> bool:
-        """A proposer drafts tokens (method mtp: a draft model; ngram: lookup in the slot's history)."""
+        """A proposer drafts tokens (method mtp: a draft model; ngram, suffix: lookup in the request's tokens)."""
         return self.method in PROPOSER_METHODS
 
     @property

@@ -266,6 +266,9 @@ def test_cli_chat_on_the_byte_model_is_a_usage_error(tmp_path, tiny_ckpt, prompt
     config = write_config(tmp_path / "c.yaml", "builtin:tiny", method="none")
     assert_one_line_error(specworker("run", "--config", str(config), "--prompts", str(prompts_file), "--chat"),
                           "--chat", "no chat template")
+    assert_one_line_error(specworker("bench", "--config", "configs/ngram_tiny.yaml", "--prompts", str(prompts_file),
+                                     "--chat"), "--chat", "no chat template")
+
 
 
 def test_cli_run_sampled_with_lossy_topp_says_so(tmp_path, tiny_ckpt, prompts_file):
@@ -280,3 +283,29 @@ def test_cli_run_sampled_with_lossy_topp_says_so(tmp_path, tiny_ckpt, prompts_fi
     quiet = specworker("run", "--config", str(config), "--prompts", str(prompts_file), "--max-tokens", "3")
     assert quiet.returncode == 0 and "lossy" not in quiet.stderr  # greedy: topp is exact
     assert_one_line_error(specworker("run", "--temperature", "-1"), "--temperature", "a number >= 0.0")
+
+
+def test_bench_batch_prompts_rotate_through_the_set():
+    from specworker.bench import batch_prompts
+
+    prompts = ["p0", "p1", "p2", "p3", "p4"]
+    assert [batch_prompts(prompts, 2, run) for run in range(3)] == [["p0", "p1"], ["p2", "p3"], ["p4", "p0"]]
+    assert batch_prompts(prompts, 7, 0) == ["p0", "p1", "p2", "p3", "p4", "p0", "p1"]
+    assert batch_prompts(prompts, 1, 6) == ["p1"]
+
+
+def test_cli_bench_smollm2_chat_rotating_prompts(tmp_path):
+    """bench --chat --rotate-prompts on the real model: the JSON records both, outputs stay equal."""
+    require_smollm2()
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"Repeat after me: {w} {w} {w}"}) + "\n"
+                               for w in ("red", "green", "blue")))
+    out = tmp_path / "bench"
+    result = specworker("bench", "--config", "configs/smollm2_ngram.yaml", "--prompts", str(prompts), "--chat",
+                        "--rotate-prompts", "--batch-sizes", "1", "--max-tokens", "3", "--warmup", "0", "--repeats",
+                        "2", "--out", str(out), timeout=300)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result
+    bench = json.loads((out / "bench.json").read_text())
+    assert bench["settings"]["chat"] is True and bench["settings"]["rotate_prompts"] is True
+    assert bench["method"] == "ngram" and bench["num_prompts"] == 3 and bench["prompts"].endswith("p.jsonl")
+    assert "(chat template) (the next batch-size prompts in each run)" in result.stdout

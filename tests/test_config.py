@@ -45,8 +45,9 @@ def patched(patch: dict) -> dict:
     return data
 
 
-# Patch turning BASE into a valid ngram config (no draft model).
+# Patches turning BASE into a valid ngram / suffix config (no draft model).
 NGRAM = {"speculative_config.method": "ngram", "speculative_config.model": DELETE}
+SUFFIX = {"speculative_config.method": "suffix", "speculative_config.model": DELETE}
 
 
 def write(tmp_path: Path, data) -> Path:
@@ -99,7 +100,7 @@ BAD_CONFIGS = [
     bad("bad_linear_weight_dtype", {"model.linear_weight_dtype": "float16"}, "model.linear_weight_dtype",
         "'float16'", "'float32', 'bfloat16'"),
     bad("bad_method", {"speculative_config.method": "eagle"}, "speculative_config.method", "'eagle'",
-        "'none', 'naive', 'mtp', 'ngram'"),
+        "'none', 'naive', 'mtp', 'ngram', 'suffix'"),
     bad("bad_verify_strategy", {"speculative_config.verify_strategy": "top_p"}, "speculative_config.verify_strategy",
         "'top_p'", "'greedy', 'topp', 'target_match', 'rejection'"),
     bad("bad_accept_policy", {"speculative_config.accept_policy": "all"}, "speculative_config.accept_policy", "'all'",
@@ -115,7 +116,7 @@ BAD_CONFIGS = [
     bad("mtp_without_draft_model", {"speculative_config.model": DELETE}, "speculative_config.model", "null",
         "a draft checkpoint path or 'builtin:tiny-mtp'"),
     bad("method_none_with_k", {"speculative_config.method": "none", "speculative_config.model": DELETE},
-        "speculative_config.num_speculative_tokens", "3", "0 (or method: mtp or ngram)"),
+        "speculative_config.num_speculative_tokens", "3", "0 (or method: mtp, ngram or suffix)"),
     bad("method_naive_with_draft_model", {"speculative_config.method": "naive",
                                           "speculative_config.num_speculative_tokens": DELETE},
         "speculative_config.model", "'builtin:tiny-mtp'", "null (or method: mtp)"),
@@ -155,6 +156,21 @@ BAD_CONFIGS = [
         "5", "3, the default (or method: ngram)"),
     bad("ngram_size_with_method_none", {"speculative_config": {"method": "none", "min_ngram_size": 2}},
         "speculative_config.min_ngram_size", "2", "1, the default (or method: ngram)"),
+    # method suffix (BASE turned into a suffix config by SUFFIX; k = 3)
+    bad("suffix_depth_below_k_plus_1", {**SUFFIX, "speculative_config.suffix_max_depth": 3},
+        "speculative_config.suffix_max_depth", "3", "num_speculative_tokens + 1 = 4..64"),
+    bad("suffix_depth_above_64", {**SUFFIX, "speculative_config.suffix_max_depth": 65},
+        "speculative_config.suffix_max_depth", "65", "num_speculative_tokens + 1 = 4..64"),
+    bad("suffix_negative_cache", {**SUFFIX, "speculative_config.suffix_max_cached_requests": -1},
+        "speculative_config.suffix_max_cached_requests", "-1", "0 (no global tree)..100000"),
+    bad("suffix_zero_spec_factor", {**SUFFIX, "speculative_config.suffix_max_spec_factor": 0.0},
+        "speculative_config.suffix_max_spec_factor", "0.0", "a number > 0"),
+    bad("suffix_prob_above_1", {**SUFFIX, "speculative_config.suffix_min_token_prob": 1.5},
+        "speculative_config.suffix_min_token_prob", "1.5", "0..1"),
+    bad("suffix_with_draft_model", {**SUFFIX, "speculative_config.model": "builtin:tiny-mtp"},
+        "speculative_config.model", "'builtin:tiny-mtp'", "null (or method: mtp)"),
+    bad("suffix_key_with_method_ngram", {**NGRAM, "speculative_config.suffix_max_depth": 12},
+        "speculative_config.suffix_max_depth", "12", "24, the default (or method: suffix)"),
     bad("builtin_draft_of_another_target", {"model.path": "some/ckpt"}, "speculative_config.model",
         "'builtin:tiny-mtp'", "a draft of model.path", check_paths=False),
     bad("architecture_set_for_checkpoint", {"model.path": "some/ckpt", "model.hidden_size": 64}, "model.hidden_size",

@@ -68,7 +68,8 @@ def check_kv_cache_fits(config: WorkerConfig, arch, place) -> None:
 
 def build_model_and_proposer(config: WorkerConfig, place, *, model=None, proposer=None) -> WorkerParts:
     """Loads the target from config.model (unless `model` is given) and builds the proposer the method
-    asks for (NaiveProposer for none / naive, MTPProposer for mtp, NgramProposer for ngram) unless `proposer`
+    asks for (NaiveProposer for none / naive, MTPProposer for mtp, NgramProposer for ngram,
+    SuffixProposer for suffix) unless `proposer`
     is given."""
     from specworker.model_executor.models.checkpoint import load_target
 
@@ -88,6 +89,10 @@ def build_model_and_proposer(config: WorkerConfig, place, *, model=None, propose
             from specworker.spec_decode.ngram_proposer import NgramProposer
 
             proposer = NgramProposer(config.speculative_config)
+        elif config.speculative_config.method == "suffix":
+            from specworker.spec_decode.suffix_proposer import SuffixProposer
+
+            proposer = SuffixProposer(config)
         elif config.speculative_config.needs_proposer:
             from specworker.spec_decode.mtp_proposer import MTPProposer
 

@@ -1,8 +1,8 @@
-"""Lossless speculative decoding (CPU, built-in tiny pair): greedy MTP and ngram output equals greedy
+"""Lossless speculative decoding (CPU, built-in tiny pair): greedy MTP, ngram and suffix output equals greedy
 non-speculative output token for token, for randomized requests with staggered arrivals, aborts, reorders and
 condenses, chunked prefill, penalties, stop tokens and max_tokens hit mid-acceptance; MTP with k in {1, 2, 3},
-num_model_steps in {1, k}; ngram with k in {1, 2, 3} and three n-gram ranges. Oracle and adversarial drafters pin
-acceptance at 1 and 0."""
+num_model_steps in {1, k}; ngram with k in {1, 2, 3} and three n-gram ranges; suffix with k in {1, 2, 3}, with and
+without the global tree. Oracle and adversarial drafters pin acceptance at 1 and 0."""
 
 import dataclasses
 
@@ -20,6 +20,10 @@ LOSSLESS_RUNS = []  # (k, steps, compared requests), reported by test_lossless_r
 NGRAM_SHAPES = [(1, (1, 1)), (2, (2, 2)), (3, (3, 1))]  # (k, (max_ngram_size, min_ngram_size))
 NGRAM_REQUESTS_PER_SHAPE = 70  # 210 requests over the three shapes (some aborted)
 NGRAM_RUNS = []  # compared requests per ngram shape, reported by test_ngram_lossless_request_count
+SUFFIX_SHAPES = [(1, {}), (2, {"max_depth": 6, "max_cached_requests": 0}),  # (k, suffix_* keys)
+                 (3, {"max_spec_factor": 2.0, "min_token_prob": 0.0, "max_cached_requests": 4})]
+SUFFIX_REQUESTS_PER_SHAPE = 50  # 150 requests over the three shapes (some aborted)
+SUFFIX_RUNS = []  # compared requests per suffix shape
 
 
 def _requests(seed, n=REQUESTS_PER_SHAPE):
@@ -104,6 +108,32 @@ def test_ngram_lossless_request_count():
     if len(NGRAM_RUNS) < len(NGRAM_SHAPES):
         pytest.skip("run with the whole module to count the ngram lossless requests")
     assert sum(NGRAM_RUNS) >= 100  # aborted requests are not compared
+
+
+@pytest.mark.parametrize("k,suffix", SUFFIX_SHAPES)
+def test_suffix_greedy_output_equals_non_speculative(k, suffix):
+    """Drafts come from the requests' own trees (moved with their slots by every reorder) and the global tree
+    of finished outputs; some are accepted and some rejected, and the output never changes."""
+    seed = 600 + k
+    reqs = _repetitive_prompts(_requests(seed, SUFFIX_REQUESTS_PER_SHAPE), seed)
+    sched = dict(max_num_batched_tokens=24)  # chunked prefill mixed with decode
+    baseline = drive(Worker(make_config(**sched)), [dataclasses.replace(r, abort_at=None) for r in reqs])
+    worker = Worker(make_config("suffix", k=k, suffix=suffix, **sched))
+    spec = drive(worker, reqs, between=_shuffler(k * 13))
+    survivors = [r.req_id for r in reqs if r.abort_at is None or r.req_id in spec]
+    assert len(survivors) >= SUFFIX_REQUESTS_PER_SHAPE // 2
+    for req_id in survivors:
+        assert spec[req_id] == baseline[req_id], req_id
+    stats = worker.spec_stats
+    assert 0 < stats.num_accepted < stats.num_drafted, (stats.num_accepted, stats.num_drafted)
+    SUFFIX_RUNS.append(len(survivors))
+
+
+def test_suffix_lossless_request_count():
+    """Runs after the suffix runs: together they compared >= 100 requests."""
+    if len(SUFFIX_RUNS) < len(SUFFIX_SHAPES):
+        pytest.skip("run with the whole module to count the suffix lossless requests")
+    assert sum(SUFFIX_RUNS) >= 100  # aborted requests are not compared
 
 
 def _greedy_reference(reqs):

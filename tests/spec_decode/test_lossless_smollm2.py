@@ -2,7 +2,8 @@
 speculative path equals greedy non-speculative output, token for token, for randomized requests (real
 English and random-id prompts) with staggered arrivals, aborts, reorders, penalties and stop tokens.
 SmolLM2 has no trained MTP head yet, so the drafters are the naive proposer (the speculative sampler with
-no drafts), an oracle (the target's own continuation: everything accepted) and an adversary (always wrong)."""
+no drafts), an oracle (the target's own continuation: everything accepted), an adversary (always wrong), and the
+lookup proposers, ngram and suffix (>= 100 requests each, prompts that invite copying)."""
 
 from __future__ import annotations
 
@@ -27,11 +28,13 @@ TEXTS = ["The capital of France is", "def fibonacci(n):\n    ", "Once upon a tim
 SCHEDULER = dict(max_num_seqs=6, max_model_len=128, block_size=16, num_blocks=64, max_num_batched_tokens=48)
 
 
-def _config(method="none", k=0):
-    spec = {"method": method}
+def _config(method="none", k=0, **spec_keys):
+    spec = {"method": method, **spec_keys}
     if method == "mtp":  # the proposer is passed in; the draft path only has to exist for validation
         spec.update(num_speculative_tokens=k, num_model_steps=1, model=str(require_smollm2()),
                     verify_strategy="greedy")
+    if method in ("ngram", "suffix"):
+        spec.update(num_speculative_tokens=k, verify_strategy="greedy")
     return config_from_dict({"model": {"path": str(require_smollm2())}, "scheduler": SCHEDULER,
                              "speculative_config": spec, "debug_checks": True}, check_paths=False)
 
@@ -90,3 +93,48 @@ def test_smollm2_oracle_and_adversary_are_lossless(baseline, adversarial):
         assert stats.num_accepted == 0
     else:
         assert stats.num_accepted == stats.num_drafted and stats.mean_acceptance_length > 2.0
+
+
+LOOKUP_REQUESTS = 112
+COPY_TEXTS = ["the red fox and the blue bird", "one two three four five six", "def add(a, b):\n    return a + b",
+              "Paris, London, Rome, Madrid, Berlin", "to be or not to be, that is the question"]
+
+
+def _lookup_requests(seed: int) -> list[Req]:
+    """Short greedy requests whose outputs often repeat their prompts (copy instructions, repeated phrases,
+    repeated random ids) mixed with _requests' English and random-id ones; arrivals, aborts, penalties and
+    stop tokens as there."""
+    tok = load_tokenizer(str(require_smollm2()))
+    rng = np.random.default_rng(seed)
+    reqs = _requests(LOOKUP_REQUESTS, seed, abort_rate=0.05)
+    out = []
+    for i, r in enumerate(reqs):
+        u = rng.random()
+        if u < 0.35:
+            text = COPY_TEXTS[int(rng.integers(len(COPY_TEXTS)))]
+            r = dataclasses.replace(r, prompt=tok.encode(f"Copy {i}: {text}\n{text}\n{text}\n"))
+        elif u < 0.5:
+            snippet = [int(t) for t in rng.integers(0, tok.vocab_size, size=int(rng.integers(2, 6)))]
+            r = dataclasses.replace(r, prompt=snippet * int(rng.integers(3, 7)) + [i])
+        out.append(r)
+    return out
+
+
+@pytest.fixture(scope="module")
+def lookup_baseline():
+    reqs = _lookup_requests(seed=23)
+    ref = drive(Worker(_config()), [dataclasses.replace(r, abort_at=None) for r in reqs])
+    return reqs, ref
+
+
+@pytest.mark.parametrize("method, keys", [("ngram", {}), ("suffix", {"suffix_max_cached_requests": 8})])
+def test_smollm2_lookup_proposers_are_lossless(lookup_baseline, method, keys):
+    reqs, ref = lookup_baseline
+    worker = Worker(_config(method, 3, **keys))
+    got = drive(worker, reqs, between=_shuffler(17))
+    survivors = [r.req_id for r in reqs if r.abort_at is None or r.req_id in got]
+    assert len(survivors) >= 100, len(survivors)
+    for req_id in survivors:
+        assert got[req_id] == ref[req_id], req_id
+    stats = worker.spec_stats
+    assert 0 < stats.num_accepted < stats.num_drafted, (stats.num_accepted, stats.num_drafted)

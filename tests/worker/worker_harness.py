@@ -14,7 +14,7 @@ from specworker.worker.worker import Worker
 SCHEDULER = dict(max_num_seqs=4, max_model_len=96, block_size=8, num_blocks=64, max_num_batched_tokens=64)
 
 
-def make_config(method="none", k=0, steps=1, strategy="greedy", ngram_sizes=(3, 1), **scheduler):
+def make_config(method="none", k=0, steps=1, strategy="greedy", ngram_sizes=(3, 1), suffix=None, **scheduler):
     spec = {"method": method}
     if method == "mtp":
         spec.update(num_speculative_tokens=k, num_model_steps=steps, model="builtin:tiny-mtp",
@@ -22,6 +22,9 @@ def make_config(method="none", k=0, steps=1, strategy="greedy", ngram_sizes=(3, 
     if method == "ngram":  # (max_ngram_size, min_ngram_size)
         spec.update(num_speculative_tokens=k, verify_strategy=strategy, max_ngram_size=ngram_sizes[0],
                     min_ngram_size=ngram_sizes[1])
+    if method == "suffix":  # suffix: {"max_depth": .., "max_cached_requests": .., ...} overrides
+        spec.update(num_speculative_tokens=k, verify_strategy=strategy,
+                    **{f"suffix_{key}": value for key, value in (suffix or {}).items()})
     sched = {**SCHEDULER, **scheduler}
     return config_from_dict({"model": {"path": "builtin:tiny"}, "scheduler": sched, "speculative_config": spec,
                              "debug_checks": True}, check_paths=False)
