@@ -270,7 +270,6 @@ def test_cli_chat_on_the_byte_model_is_a_usage_error(tmp_path, tiny_ckpt, prompt
                                      "--chat"), "--chat", "no chat template")
 
 
-
 def test_cli_run_sampled_with_lossy_topp_says_so(tmp_path, tiny_ckpt, prompts_file):
     config = write_config(tmp_path / "c.yaml", str(tiny_ckpt))
     text = config.read_text().replace("verify_strategy: greedy", "verify_strategy: topp")
