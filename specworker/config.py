@@ -31,7 +31,7 @@ BUILTIN_TARGETS: dict[str, dict[str, Any]] = {
     "builtin:tiny": dict(vocab_size=259, hidden_size=192, num_layers=4, num_heads=6, num_kv_heads=2,
                          intermediate_size=512, rope_theta=10000.0, rms_norm_eps=1e-6),
 }
-# Built-in MTP drafts -> the built-in target whose embedding, final norm and lm_head they share (SPEC §5).
+# Built-in MTP drafts -> the built-in target whose embedding, final norm and lm_head they share (docs/spec.md §5).
 BUILTIN_DRAFTS = {"builtin:tiny-mtp": "builtin:tiny"}
 ARCH_FIELDS = tuple(BUILTIN_TARGETS["builtin:tiny"])
 
@@ -157,7 +157,7 @@ class SchedulerConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SpeculativeConfig:
-    """FastDeploy's `speculative_config` keys (reference §13).
+    """FastDeploy's `speculative_config` keys (docs/spec.md §8.19).
 
     method `none`: plain decoding. `naive`: the speculative sampler path with no drafts (k = 0).
     `mtp`: an MTP draft module proposes up to k drafts per step. `ngram`: prompt lookup (ngram_match)

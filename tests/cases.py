@@ -85,7 +85,7 @@ def padding_offset_inputs(batch: StepBatch, mode: str, extra_rows: int = 0):
 
 
 def pack_output_index(seq_lens_output: np.ndarray, capacity: int | None = None):
-    """Test-side output index tensors, built from their definition (SPEC §7 items 7, 9):
+    """Test-side output index tensors, built from their definition (docs/spec.md §7 items 7, 9):
     batch_id_per_token_output = slot ids repeated O_b times (-1 past T_out up to capacity),
     cu_seqlens_q_output = 1-D exclusive prefix sum of O_b with a leading zero.
     """
@@ -98,7 +98,7 @@ def pack_output_index(seq_lens_output: np.ndarray, capacity: int | None = None):
 
 
 def seq_lens_output(seq_lens_this_time: np.ndarray, seq_lens_encoder: np.ndarray) -> np.ndarray:
-    """O_b per SPEC §4.2, written as a loop: 0 for an idle slot, 1 for L_b == 1 or a prefill slot
+    """O_b per docs/spec.md §4.2, written as a loop: 0 for an idle slot, 1 for L_b == 1 or a prefill slot
     (only the last prompt token needs a logit), else L_b (every decode query token needs one).
     """
     lens = np.asarray(seq_lens_this_time).reshape(-1)

@@ -23,7 +23,7 @@ PAD = 7777  # rows past bsz of the [N, *] buffers (FastDeploy passes whole max_n
 
 def update_args(state, tokens, max_dec_len, substep, capacity=None):
     """Read-only inputs of one update call: the draft's output index is built from its own L/E as
-    the proposer's pre_process does (O_b rule, SPEC §4.2) and packed by pack_output_index."""
+    the proposer's pre_process does (O_b rule, docs/spec.md §4.2) and packed by pack_output_index."""
     lens, enc = state["seq_lens_this_time"], state["seq_lens_encoder"]
     rows_per_slot = ref_speculate_get_seq_lens_output(lens, enc, state["seq_lens_decoder"])
     _, cu = pack_output_index(rows_per_slot)

@@ -5,7 +5,7 @@ preempts requests between rounds. Every stage's outputs and the whole state are 
 between the two backends right after the stage, so a divergence names its op and round.
 The invariants themselves are checked by the test, on the RoundRecord each round returns.
 
-One round (SPEC §2, fastdeploy_semantics §10.2 / §11.4):
+One round (docs/spec.md §2, docs/spec.md §8.18):
     target pre_process -> FakeTarget -> rebuild_padding -> logits -> argmax -> speculate_verify
     (greedy) -> host copy -> speculate_update -> speculate_set_value_by_flags_and_idx
     -> draft_model_preprocess -> eagle_get_hidden_states

@@ -2,7 +2,7 @@
 (tests/ops) and the CUDA tests (tests/gpu). Plain numpy only (the GPU machine has no Paddle).
 
 A case is one engine step's sampling inputs built on tests/cases.make_step_batch: O_b from its
-definition (SPEC §4.2), the output index tensors from tests/cases.pack_output_index, and
+definition (docs/spec.md §4.2), the output index tensors from tests/cases.pack_output_index, and
 per-slot histories with repeated ids, out-of-range ids and min-length rows.
 """
 
@@ -71,7 +71,7 @@ class PenaltyCase:
 
 
 def seq_lens_output(lens: np.ndarray, encoder: np.ndarray) -> np.ndarray:
-    """O_b (SPEC §4.2): 0 idle, 1 for a one-token or prefill step, else L_b."""
+    """O_b (docs/spec.md §4.2): 0 idle, 1 for a one-token or prefill step, else L_b."""
     return np.where(lens == 0, 0, np.where((lens == 1) | (encoder != 0), 1, lens)).astype(np.int32)
 
 

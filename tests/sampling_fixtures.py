@@ -1,6 +1,6 @@
 """Logit-row fixtures for the sampling-side ops (top_p_candidates, reasoning_phase_token_constraint).
 
-Plain numpy, shared by tests/ops and tests/gpu. Rows follow SPEC §4.2 (O_b per slot) and are
+Plain numpy, shared by tests/ops and tests/gpu. Rows follow docs/spec.md §4.2 (O_b per slot) and are
 indexed with tests.cases.pack_output_index, so every fixture holds the real batch_id_per_token_output
 and cu_seqlens_q_output quantities.
 """
@@ -13,7 +13,7 @@ from tests.cases import StepBatch, pack_output_index
 
 
 def seq_lens_output(batch: StepBatch) -> np.ndarray:
-    """O_b from SPEC §4.2: 0 idle, 1 for one token or a prefill chunk, else L_b (decode)."""
+    """O_b from docs/spec.md §4.2: 0 idle, 1 for one token or a prefill chunk, else L_b (decode)."""
     out = np.zeros(batch.bsz, dtype=np.int32)
     for b in range(batch.bsz):
         L, E = int(batch.seq_lens_this_time[b]), int(batch.seq_lens_encoder[b])

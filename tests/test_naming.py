@@ -1,4 +1,4 @@
-"""Names match meanings (SPEC §7 defect 10)."""
+"""Names match meanings (docs/spec.md §7 defect 10)."""
 
 import ast
 import re

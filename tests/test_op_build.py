@@ -1,4 +1,4 @@
-"""The op build's source lists are derived from the layout and match what was built (SPEC §7 #11)."""
+"""The op build's source lists are derived from the layout and match what was built (docs/spec.md §7 #11)."""
 
 import re
 from pathlib import Path
@@ -43,7 +43,7 @@ def test_source_list_has_every_cpu_source_and_cuda_sources_when_asked():
 
 
 def test_every_op_has_cpu_kernel_binding_cuda_kernel_reference_and_tests():
-    """SPEC §4.6: each op is a cpu_ops/<op>.cc registration, a gpu_ops/<op>.cu binding, a
+    """docs/spec.md §4.6: each op is a cpu_ops/<op>.cc registration, a gpu_ops/<op>.cu binding, a
     gpu_ops/kernels/<op>.cu kernel with an extern "C" launcher, a numpy reference, CPU and GPU tests."""
     registered = _registered_ops(op_build.cpu_sources())
     assert registered, "no PD_BUILD_OP found under custom_ops/cpu_ops"

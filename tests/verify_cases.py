@@ -3,7 +3,7 @@
 A case is a dict of the op's keyword arguments (numpy arrays, attributes, strategy and policy
 names), so it feeds ops.speculate_verify (as Paddle tensors), the CUDA launcher (as CuPy arrays)
 and ref_speculate_verify alike. Output rows are indexed by cu_seqlens_q_output built with
-tests.cases.pack_output_index from O_b (SPEC §4.2).
+tests.cases.pack_output_index from O_b (docs/spec.md §4.2).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ STALE_NUM = 3
 
 
 def output_lens(seq_lens_this_time, seq_lens_encoder) -> np.ndarray:
-    """O_b: 0 idle, 1 prefill or single token, else L_b (SPEC §4.2)."""
+    """O_b: 0 idle, 1 prefill or single token, else L_b (docs/spec.md §4.2)."""
     lens = np.asarray(seq_lens_this_time).reshape(-1)
     enc = np.asarray(seq_lens_encoder).reshape(-1)
     return np.where(lens <= 0, 0, np.where(enc > 0, 1, lens)).astype(np.int32)

@@ -1,5 +1,5 @@
 // draft_model_postprocess: hands the proposer's drafts back to the target by setting the target's
-// seq_lens_this_time for the next step (SPEC §5; FastDeploy §8.5).
+// seq_lens_this_time for the next step (docs/spec.md §5; docs/spec.md §8.15).
 //   base_model_draft_tokens       [N, D] int64: the target's draft_tokens; column 0 the last
 //                                 accepted token, columns 1 .. the drafts, -1 = no draft
 //   base_model_seq_lens_this_time [bsz] (or [bsz, 1]) int32, in place
@@ -18,7 +18,7 @@
 // [ours] A paused slot gets L_b = 0 whether or not its stop flag is set: speculate_verify,
 // speculate_update and draft_model_preprocess (given is_block_step) all treat is_block_step alone
 // as "not running", so without this input a slot paused without its stop flag was handed L_b = 1
-// here and fed to the next step's forward (SPEC §1, §16 invariant 10: paused slots have L = 0).
+// here and fed to the next step's forward (docs/spec.md §1, §2.2 item 10: paused slots have L = 0).
 // Omitted, a paused slot must also be stopped, as FastDeploy's preemption does.
 #include <vector>
 

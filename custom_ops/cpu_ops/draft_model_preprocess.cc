@@ -1,5 +1,5 @@
 // draft_model_preprocess: the target's state after verification -> the draft's state for this
-// round (SPEC §5; FastDeploy reference §8.1, era [C] "shadow state"). In place.
+// round (docs/spec.md §5; docs/spec.md §8.12, era [C] "shadow state"). In place.
 //   draft:  draft_tokens [N, Dd] i64, input_ids [N, S] i64, stop_flags [bsz] bool,
 //           seq_lens_this_time / seq_lens_encoder / seq_lens_decoder [bsz] i32, step_idx [bsz] i64,
 //           not_need_stop [1] bool, pre_ids [N, Sp] i64                         (all updated)

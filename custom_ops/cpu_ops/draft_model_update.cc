@@ -1,4 +1,4 @@
-// draft_model_update: the draft state update after MTP sampling substep s (SPEC §5; FastDeploy
+// draft_model_update: the draft state update after MTP sampling substep s (docs/spec.md §5; FastDeploy
 // §8.4, era-[B] argument order with rows located through cu_seqlens_q_output, era-[C] fixes).
 //   inter_next_tokens   [rows] (or [rows, 1]) int64: the draft's sampled token per output row
 //   draft_tokens        [N, D] int64 (in place): column 0 = the slot's next draft input token

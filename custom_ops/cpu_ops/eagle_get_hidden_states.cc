@@ -1,5 +1,5 @@
 // eagle_get_hidden_states: the target's hidden states -> the draft's input hidden states
-// (SPEC §5; FastDeploy reference §8.2, era [C] sizing: no host sync, count on the device).
+// (docs/spec.md §5; docs/spec.md §8.13, era [C] sizing: no host sync, count on the device).
 //   input                          [T, H] float32 / float16 / bfloat16, the target's packed rows
 //   seq_lens_this_time             [bsz] i32, draft L_b after draft_model_preprocess
 //   seq_lens_encoder               [bsz] i32, draft E_b after draft_model_preprocess

@@ -1,4 +1,4 @@
-// get_padding_offset: packs this step's query tokens and builds the varlen index (SPEC §4.1).
+// get_padding_offset: packs this step's query tokens and builds the varlen index (docs/spec.md §4.1).
 //   input_ids          [N, S] int64, optional (N >= bsz; None: index outputs only)
 //   seq_lens_this_time [bsz] or [bsz, 1] int32, L_b
 //   draft_tokens       [N, D] int64, optional, given together with seq_lens_encoder

@@ -1,5 +1,5 @@
 // reasoning_phase_token_constraint: reasoning-boundary status machine per slot, then the
-// allowed-token mask on the first logit row of each slot in status 2 (reference §6.2).
+// allowed-token mask on the first logit row of each slot in status 2 (docs/spec.md §8.7).
 //   logits [rows, V] f32 (in place), pre_ids [N, S] i64, stop_flags [N] bool,
 //   seq_lens_this_time [bsz] i32 (only its length is used), seq_lens_encoder [bsz] i32,
 //   step_idx [N] i64, allowed_tokens [A] i64, reasoning_status [N] i32 (in place),

@@ -1,4 +1,4 @@
-// rebuild_padding: gathers the hidden rows that need logits (SPEC §4.4).
+// rebuild_padding: gathers the hidden rows that need logits (docs/spec.md §4.4).
 //   tmp_out [token_num, H] float32/float16/bfloat16 (packed transformer output),
 //   cu_seqlens_q [bsz + 1], seq_len_this_time / seq_lens_decoder / seq_lens_encoder [bsz] (or
 //   [bsz, 1]) int32, optional pair batch_id_per_token_output [capacity] + cu_seqlens_q_output

@@ -1,4 +1,4 @@
-// speculate_get_seq_lens_output: logit rows O_b each slot needs this step (SPEC §4.2).
+// speculate_get_seq_lens_output: logit rows O_b each slot needs this step (docs/spec.md §4.2).
 //   seq_lens_this_time, seq_lens_encoder, seq_lens_decoder: [bsz] or [bsz, 1] int32
 // -> seq_lens_output [bsz] int32: 0 if L_b == 0; 1 if L_b == 1; 1 if E_b != 0 (prefill: only
 //    the chunk's last prompt token needs a logit); else L_b (decode: last accepted token and

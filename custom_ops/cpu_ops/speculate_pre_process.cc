@@ -1,4 +1,4 @@
-// speculate_pre_process: the whole of pre_process in one op (SPEC §4.3, [ours]; FastDeploy [C]).
+// speculate_pre_process: the whole of pre_process in one op (docs/spec.md §4.3, [ours]; FastDeploy [C]).
 //   input_ids          [N, S] int64 (N >= bsz)
 //   seq_lens_this_time [bsz] or [bsz, 1] int32, L_b
 //   draft_tokens       [N, D] int64, optional: speculative (decode slots read it); None: every

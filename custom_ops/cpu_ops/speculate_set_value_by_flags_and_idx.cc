@@ -1,5 +1,5 @@
 // speculate_set_value_by_flags_and_idx: appends this step's accepted tokens to the target
-// history and clears stopped slots (SPEC §3 pre_ids, §4.5 last item; FastDeploy §7.2). In place;
+// history and clears stopped slots (docs/spec.md §3 pre_ids, §4.5 last item; docs/spec.md §8.11). In place;
 // FastDeploy's argument order.
 //   pre_ids_all          [N, S] i64 (in/out)  generated history (share_inputs "pre_ids")
 //   accept_tokens        [N, D] i64           what verify emitted this step

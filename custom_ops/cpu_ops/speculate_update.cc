@@ -1,5 +1,5 @@
 // speculate_update: commits one verified step to the per-slot lengths and the next step's first
-// query token (SPEC §4.5 last item; FastDeploy era [B] speculate_update, with era [C]'s fixes).
+// query token (docs/spec.md §4.5 last item; FastDeploy era [B] speculate_update, with era [C]'s fixes).
 // In place; FastDeploy's argument order, mask_rollback optional.
 //   seq_lens_encoder, seq_lens_decoder  [N] i32 (in/out)   E_b, Dec_b
 //   not_need_stop                       [1] bool (in/out)  on the inputs' device, never the host

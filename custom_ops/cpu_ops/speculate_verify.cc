@@ -1,5 +1,5 @@
 // speculate_verify: decides which draft tokens of one step are accepted and emits each slot's
-// tokens (SPEC §4.5; FastDeploy's op, era-[B] argument order, with [ours] inputs appended).
+// tokens (docs/spec.md §4.5; FastDeploy's op, era-[B] argument order, with [ours] inputs appended).
 //
 // Vocabulary: a *draft* is draft_tokens[b, i + 1]; it is *accepted* or *rejected* against output
 // row s + i (s = cu_seqlens_q_output[b], i < L - 1, L = seq_lens_this_time[b]); the walk stops at

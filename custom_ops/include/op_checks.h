@@ -77,7 +77,7 @@ inline int64_t CheckSlotRows(const char* op, const char* name, const paddle::Ten
   return x.shape()[1];
 }
 
-// A cu_* prefix sum: 1-D int32 [bsz + 1] (SPEC §1; never the seed's [N + 1, 1] buffer, §7 item 6).
+// A cu_* prefix sum: 1-D int32 [bsz + 1] (docs/spec.md §1; never the seed's [N + 1, 1] buffer, §7 item 6).
 inline void CheckCuSeqlens(const char* op, const char* name, const paddle::Tensor& x, int64_t bsz) {
   CheckDtype(op, name, x, paddle::DataType::INT32);
   const auto& s = x.shape();

@@ -10,7 +10,7 @@ import paddle
 
 
 class StaleForwardMetaError(RuntimeError):
-    """A ForwardMeta built for an older batch layout was handed to a consumer (SPEC §3)."""
+    """A ForwardMeta built for an older batch layout was handed to a consumer (docs/spec.md §3)."""
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -18,7 +18,7 @@ class ForwardMeta:
     """Index tensors of one engine step; every field is always set, in every mode.
 
     Input side: what the transformer consumes (packed tokens of all slots, slot order).
-    Output side: which packed rows need a logit row (O_b per slot; SPEC §4.2, §4.3).
+    Output side: which packed rows need a logit row (O_b per slot; docs/spec.md §4.2, §4.3).
     """
 
     # input side

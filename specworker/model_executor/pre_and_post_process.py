@@ -111,7 +111,7 @@ def pre_process_unfused(
     draft_tokens: paddle.Tensor | None = None,
     layout_version: int = 0,
 ) -> ForwardMeta:
-    """pre_process as three ops (SPEC §4.3), kept as the definition the fused op must equal.
+    """pre_process as three ops (docs/spec.md §4.3), kept as the definition the fused op must equal.
 
     Same arguments and result as pre_process: get_padding_offset (input side),
     speculate_get_seq_lens_output (O_b), then get_padding_offset(None, O, None, None,

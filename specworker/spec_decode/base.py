@@ -1,4 +1,4 @@
-"""Proposer: what drafts the next step's tokens after the target's step (SPEC §2). `NaiveProposer`
+"""Proposer: what drafts the next step's tokens after the target's step (docs/spec.md §2). `NaiveProposer`
 drafts nothing (method none / naive): every running decode slot feeds just its last token next step.
 """
 

@@ -1,4 +1,4 @@
-"""DRAFT_BUFFERS: the MTP proposer's own batch (SPEC §3: "the proposer has its own batch of the same
+"""DRAFT_BUFFERS: the MTP proposer's own batch (docs/spec.md §3: "the proposer has its own batch of the same
 kind"), declared like the target's and moved row by row with it. FastDeploy's proposer names."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""MTPProposer: drafts k tokens per running slot with the MTP module (SPEC §5; FastDeploy's flow in
-fastdeploy_semantics §11.4): draft_model_preprocess -> eagle_get_hidden_states -> num_model_steps x
+"""MTPProposer: drafts k tokens per running slot with the MTP module (docs/spec.md §5; FastDeploy's flow in
+docs/spec.md §8.18): draft_model_preprocess -> eagle_get_hidden_states -> num_model_steps x
 (pre_process -> MTP forward -> logit rows -> greedy draft -> draft_model_update) -> draft_model_postprocess.
 Its batch (DRAFT_BUFFERS) follows the target's row moves; its KV cache shares the target's block tables.
 """

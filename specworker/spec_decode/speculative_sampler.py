@@ -68,7 +68,7 @@ class VerifyInputs:
 class SpeculativeSampler:
     """Samples every logit row, then verifies the drafts.
 
-    Strategies (SPEC §4.5): greedy / target_match accept a draft when it equals the token the Sampler
+    Strategies (docs/spec.md §4.5): greedy / target_match accept a draft when it equals the token the Sampler
     drew for its row (greedy rows: the argmax; sampled rows: a draw keyed by (seed, generated index), so
     the emitted tokens are exactly those of non-speculative decoding with the same seeds: lossless);
     rejection uses the Sampler's probabilities and the proposer's draft probabilities; topp checks the

@@ -13,7 +13,7 @@ from specworker.config import WorkerConfig
 __all__ = ["BufferKind", "BufferSpec", "DIM_NAMES", "DTYPES", "MAX_BAD_WORDS", "MAX_STOP_TOKENS", "MIRROR_SUFFIX",
            "NO_BLOCK", "NO_SLOT", "NO_TOKEN", "TARGET_BUFFERS", "buffer_dims", "check_table"]
 
-NO_TOKEN = -1  # "no token" in token-id buffers (SPEC §1)
+NO_TOKEN = -1  # "no token" in token-id buffers (docs/spec.md §1)
 NO_SLOT = -1  # "no slot" in batch-id buffers
 NO_BLOCK = -1  # unused block_tables entry
 MAX_BAD_WORDS = 64  # W, bad-word ids per request (FastDeploy sizes bad_tokens [N, V]; a cap costs N * W, not N * V)
@@ -40,7 +40,7 @@ DIM_NAMES = (
 
 
 class BufferKind(enum.Enum):
-    """How a buffer's rows relate to slots (SPEC §3)."""
+    """How a buffer's rows relate to slots (docs/spec.md §3)."""
 
     PER_SLOT = "per_slot"  # row b belongs to slot b: swapped, condensed and cleared with the slot
     PER_STEP = "per_step"  # rebuilt by pre_process every step; never swapped (prefix sums, per-token ids)
@@ -56,7 +56,7 @@ class BufferSpec:
     """One share_inputs entry. `dims` and a str `fill` are names from DIM_NAMES, resolved by buffer_dims.
 
     A literal trailing 1 is refused: a per-slot scalar is [max_num_seqs], never [max_num_seqs, 1]
-    (SPEC §1). A symbolic width may still resolve to 1 (draft_tokens [N, D] with k = 0): that is a
+    (docs/spec.md §1). A symbolic width may still resolve to 1 (draft_tokens [N, D] with k = 0): that is a
     row of D tokens, not a disguised scalar.
     """
 
@@ -92,7 +92,7 @@ class BufferSpec:
                 raise _fail(name, "dims", dims, "dim names, or a positive int")
         if dims[-1] == 1 and not (len(dims) == 1 and self.kind is BufferKind.GLOBAL):
             raise _fail(name, "dims", dims, "no trailing dimension of 1: a per-slot scalar is ('max_num_seqs',), "
-                        "not ('max_num_seqs', 1) (SPEC §1); only a one-element GLOBAL buffer may be (1,)")
+                        "not ('max_num_seqs', 1) (docs/spec.md §1); only a one-element GLOBAL buffer may be (1,)")
         if self.kind is BufferKind.PER_SLOT and dims[0] != "max_num_seqs":
             raise _fail(name, "dims", dims, "a PER_SLOT buffer starting with 'max_num_seqs' (row b = slot b)")
 
@@ -178,7 +178,7 @@ def _global(name, dims, dtype, fill, doc, mirror=False) -> BufferSpec:
     return BufferSpec(name, dims, dtype, fill, _K.GLOBAL, mirror, doc)
 
 
-# FastDeploy's share_inputs names (reference §9), shapes per SPEC §1 ([N], never [N, 1]).
+# FastDeploy's share_inputs names (docs/spec.md §8.17), shapes per docs/spec.md §1 ([N], never [N, 1]).
 TARGET_BUFFERS: tuple[BufferSpec, ...] = (
     # request and sequence state
     _slot("input_ids", (N, S), "int64", NO_TOKEN, "prompt (or prefill chunk) tokens; prefill slots feed [b, :L_b]"),
@@ -212,7 +212,7 @@ TARGET_BUFFERS: tuple[BufferSpec, ...] = (
     _slot("actual_draft_token_nums", (N,), "int32", "num_speculative_tokens", "draft budget of the slot (<= k)"),
     _slot("mask_rollback", (N,), "int32", 0, "rejected draft positions to roll back in the KV cache"),
     # reasoning models
-    _slot("reasoning_status", (N,), "int32", 0, "phase of the </think> status machine (reference §6.2)"),
+    _slot("reasoning_status", (N,), "int32", 0, "phase of the </think> status machine (docs/spec.md §8.7)"),
     _slot("enable_thinking", (N,), "bool", False, "the request reasons before answering"),
     # packed index tensors, rebuilt by pre_process
     _step("ids_remove_padding", ("max_num_batched_tokens",), "int64", NO_TOKEN, "packed input tokens, -1 past T"),

@@ -1,4 +1,4 @@
-"""ModelRunner: one engine step over the InputBatch (SPEC §2). Orchestration only: every number is
+"""ModelRunner: one engine step over the InputBatch (docs/spec.md §2). Orchestration only: every number is
 computed by pre_process, the model, the samplers and the state ops. The step's one device-to-host copy
 is `_copy_step_outputs_sync`; nothing else in `step()` reads a device value on the host.
 """

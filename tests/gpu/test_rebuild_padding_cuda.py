@@ -148,7 +148,7 @@ def test_rebuild_padding_cuda_decode_rows_use_local_index():
 
 @pytest.mark.parametrize("omit", ["batch_id_per_token_output", "cu_seqlens_q_output"])
 def test_rebuild_padding_cuda_rejects_unpaired_output_index(omit):
-    """SPEC §7 defect 5: one index tensor without the other was a null dereference in the seed;
+    """docs/spec.md §7 defect 5: one index tensor without the other was a null dereference in the seed;
     the launcher refuses it (cudaErrorInvalidValue) before launching."""
     batch_ids, cu_out = pack_output_index([2, 1, 0], capacity=4)
     batch_ids = None if omit == "batch_id_per_token_output" else batch_ids
@@ -165,7 +165,7 @@ def test_rebuild_padding_cuda_rejects_bad_launch_arguments():
 
 
 def test_rebuild_padding_cuda_fails_with_padding_offsets_as_batch_ids():
-    """SPEC §7 defect 8: padding offsets (cumulative S - O_b, here [0, 0, 2, 5, 5, 5] for S = 4)
+    """docs/spec.md §7 defect 8: padding offsets (cumulative S - O_b, here [0, 0, 2, 5, 5, 5] for S = 4)
     under the name batch_id_per_token_output cannot reproduce the expected rows."""
     lens, dec, enc = [2, 1, 3], [4, 4, 4], [0, 0, 0]
     batch_ids, cu_out = pack_output_index(seq_lens_output(lens, enc))
@@ -176,7 +176,7 @@ def test_rebuild_padding_cuda_fails_with_padding_offsets_as_batch_ids():
 
 
 def test_rebuild_padding_cuda_cu_seqlens_q_output_not_from_blank_lengths():
-    """SPEC §7 defect 9: cu_seqlens_q_output from cumulative S - L_b ([0, 6, 13, 18] for S = 8)
+    """docs/spec.md §7 defect 9: cu_seqlens_q_output from cumulative S - L_b ([0, 6, 13, 18] for S = 8)
     puts slot 1's and 2's rows out of their range: those rows come back zero, not as expected."""
     lens, dec, enc = [2, 1, 3], [4, 4, 4], [0, 0, 0]
     batch_ids, _ = pack_output_index(seq_lens_output(lens, enc))

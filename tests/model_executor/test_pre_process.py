@@ -156,7 +156,7 @@ def test_pre_process_fused_equality_check_can_fail():
 
 @pytest.mark.parametrize("speculative", [True, False])
 def test_pre_process_reads_no_device_value_on_host(speculative):
-    """SPEC §2: the step path never reads a device value on the host (no .item()/.numpy()/bool())."""
+    """docs/spec.md §2: the step path never reads a device value on the host (no .item()/.numpy()/bool())."""
     batch = make_step_batch(np.random.default_rng(11), 17, "mixed")
     if not speculative:
         _non_speculative(batch)

@@ -54,7 +54,7 @@ def test_draft_model_postprocess_paused_slots_get_no_tokens():
     """Defect found by the composed MTP round test (tests/spec_decode): verify, speculate_update and
     draft_model_preprocess treat is_block_step alone as "not running", but without this input a slot
     paused without its stop flag left postprocess with L = 1 and was fed to the next forward
-    (SPEC §16 invariant 10). Omitted, the FastDeploy behaviour stays: slot 0 counts its drafts."""
+    (docs/spec.md §2.2 item 10). Omitted, the FastDeploy behaviour stays: slot 0 counts its drafts."""
     np.testing.assert_array_equal(run_op(PAUSED), PAUSED_EXPECTED)
     np.testing.assert_array_equal(ref_draft_model_postprocess(PAUSED)["base_model_seq_lens_this_time"],
                                   PAUSED_EXPECTED)

@@ -130,7 +130,7 @@ def test_get_padding_offset_matches_reference(bsz, kind, seed, mode):
 @pytest.mark.parametrize("bsz, kind, seed", all_cases())
 def test_get_padding_offset_output_side_matches_definition(bsz, kind, seed):
     """pre_process's output side: get_padding_offset(None, seq_lens_output, None, None, N * D)
-    equals the per-token slot ids and prefix sum built from their definition (SPEC §7 item 7)."""
+    equals the per-token slot ids and prefix sum built from their definition (docs/spec.md §7 item 7)."""
     batch = make_step_batch(np.random.default_rng(seed), bsz, kind)
     seq_lens_output = ref_speculate_get_seq_lens_output(
         batch.seq_lens_this_time, batch.seq_lens_encoder, batch.seq_lens_decoder)

@@ -1,5 +1,5 @@
 """rebuild_padding on CPU: literal three-slot cases, the randomized grid against ref_rebuild_padding,
-SPEC §7 regression tests (defects 5, 7, 8, 9) and the argument/index checks. Exact equality
+docs/spec.md §7 regression tests (defects 5, 7, 8, 9) and the argument/index checks. Exact equality
 throughout: the op only copies rows.
 """
 
@@ -106,7 +106,7 @@ def test_rebuild_padding_skips_slot_without_prompt_or_cache(with_index):
 
 @pytest.mark.parametrize("with_index", [False, True])
 def test_rebuild_padding_prefill_row_follows_seq_lens_encoder(with_index):
-    """The prefill row is cu_seqlens_q[b] + E_b - 1 (SPEC §4.4), not the slot's last token: with
+    """The prefill row is cu_seqlens_q[b] + E_b - 1 (docs/spec.md §4.4), not the slot's last token: with
     E_0 = 2 < L_0 = 3 it is row 1. (The random grid always has E_b == L_b on prefill slots.)"""
     index = dict(batch_ids=[0, 1], cu_out=[0, 1, 2]) if with_index else {}
     first = np.full((2, 2), -7, dtype=np.float32)
@@ -124,7 +124,7 @@ def _grid_inputs(bsz, kind, seed, hidden, with_index):
     tmp_out = _random_hidden(rng, batch.token_num, hidden)
     index = {}
     if with_index:
-        capacity = bsz * (NUM_DRAFT + 1)  # SPEC §4.3: N * D rows, >= T_out
+        capacity = bsz * (NUM_DRAFT + 1)  # docs/spec.md §4.3: N * D rows, >= T_out
         batch_ids, cu_out = pack_output_index(seq_lens_output(batch.seq_lens_this_time, batch.seq_lens_encoder),
                                               capacity)
         index = dict(batch_ids=batch_ids, cu_out=cu_out)
@@ -185,11 +185,11 @@ def test_rebuild_padding_rows_past_output_tokens_are_zero():
     assert np.all(np.abs(out[:t_out]).sum(axis=1) > 0), "rows before T_out hold data"
 
 
-# --- SPEC §7 regression tests --------------------------------------------------------------------
+# --- docs/spec.md §7 regression tests --------------------------------------------------------------------
 
 @pytest.mark.parametrize("given", ["batch_id_per_token_output", "cu_seqlens_q_output"])
 def test_rebuild_padding_rejects_unpaired_output_index(given):
-    """SPEC §7 defect 5: the seed's rebuild_padding dereferenced cu_seqlens_q_output.get_ptr()
+    """docs/spec.md §7 defect 5: the seed's rebuild_padding dereferenced cu_seqlens_q_output.get_ptr()
     whenever batch_id_per_token_output was given, so passing only one of the pair read through a
     null pointer. Giving either one alone must be a clear error, in both directions."""
     batch_ids, cu_out = [0, 0, 0, 1, -1, -1], [0, 3, 4, 4]
@@ -199,7 +199,7 @@ def test_rebuild_padding_rejects_unpaired_output_index(given):
 
 
 def test_output_index_fixture_is_prefix_sum_and_slot_ids():
-    """SPEC §7 defect 7: the seed's fixtures built cu_seqlens_q_output from a cumsum of an [N, 1]
+    """docs/spec.md §7 defect 7: the seed's fixtures built cu_seqlens_q_output from a cumsum of an [N, 1]
     tensor (a nested list [[2], [4], ...]) and batch_id_per_token_output as arange(N) * 2, so the
     kernel was tested against an index that meant nothing. pack_output_index must give the 1-D
     [bsz + 1] exclusive prefix sum and per-row slot ids; checked against literals, then used."""
@@ -223,7 +223,7 @@ def _seed_padding_offsets(seq_lens_out, max_seq_len):
 
 
 def test_rebuild_padding_fails_with_padding_offsets_as_batch_ids():
-    """SPEC §7 defect 8: the seed's test stored padding offsets (cumulative S - O_b) under the name
+    """docs/spec.md §7 defect 8: the seed's test stored padding offsets (cumulative S - O_b) under the name
     batch_id_per_token_output, and its reference repeated the old semantics, so the test agreed with
     whatever the kernel did. Slots beyond 0 get offsets that are not slot ids ([0, 0, 2, 5, 5, 5]
     here: row 2 claims slot 2, rows 3..5 slot 5 of 3), so the op must not return the expected rows."""
@@ -240,7 +240,7 @@ def test_rebuild_padding_fails_with_padding_offsets_as_batch_ids():
 
 
 def test_cu_seqlens_q_output_not_from_blank_lengths():
-    """SPEC §7 defect 9: the seed's fixture built cu_seqlens_q_output as concat([0],
+    """docs/spec.md §7 defect 9: the seed's fixture built cu_seqlens_q_output as concat([0],
     cumsum(S - L)[:-1]): old output_cum_offsets, [bsz] entries of padding instead of row starts.
     That exact form is rejected by shape; with a bsz + 1-th entry added, row starts of slots 1
     and 2 point past their rows (here [0, 6, 13, 18] for S = 8) and the op rejects the rows."""
@@ -260,7 +260,7 @@ def test_cu_seqlens_q_output_not_from_blank_lengths():
 
 
 def test_rebuild_padding_decode_rows_use_local_index():
-    """FastDeploy's CPU rebuild_padding (reference §5.2) computes each output row's slot but reads
+    """FastDeploy's CPU rebuild_padding (docs/spec.md §8.5) computes each output row's slot but reads
     cu_seqlens_q[b] + seq_id without the row's local index, so every decode row of a slot gets the
     slot's first query token. Two multi-token decode slots make that visible: ours must return
     rows 0, 1, 2 for slot 0 and 3, 4 for slot 1, not 0, 0, 0, 3, 3."""
@@ -271,7 +271,7 @@ def test_rebuild_padding_decode_rows_use_local_index():
 
 
 def test_rebuild_padding_rejects_column_cu_seqlens_q_output():
-    """SPEC §7 defect 6: the seed allocated cu_seqlens_q_output as [N + 1, 1]; ours is 1-D [bsz + 1]."""
+    """docs/spec.md §7 defect 6: the seed allocated cu_seqlens_q_output as [N + 1, 1]; ours is 1-D [bsz + 1]."""
     with pytest.raises(ValueError, match=r"cu_seqlens_q_output has shape \[4, 1\], expected \[bsz \+ 1\]"):
         rebuild_padding(paddle.to_tensor(TMP_OUT), _i32([0, 3, 5, 5]), _i32([3, 2, 0]), _i32([6, 0, 0]),
                         _i32([0, 2, 0]), _i32([0, 0, 0, 1]), _i32([[0], [3], [4], [4]]))

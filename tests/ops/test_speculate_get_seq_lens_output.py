@@ -23,7 +23,7 @@ def run(lens, encoder, decoder):
         ([5, 0, 3], [5, 0, 0], [1, 0, 3]),
         # plain decode; one-token prefill chunk; decode with one draft
         ([1, 1, 2], [0, 1, 0], [1, 1, 2]),
-        # the prefill rule is E_b != 0 (SPEC §4.2, FastDeploy), so a negative E_b counts as prefill
+        # the prefill rule is E_b != 0 (docs/spec.md §4.2, FastDeploy), so a negative E_b counts as prefill
         ([3, 2, 4], [-1, 0, 2], [1, 2, 1]),
     ],
 )

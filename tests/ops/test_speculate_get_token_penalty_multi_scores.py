@@ -74,7 +74,7 @@ def test_speculate_get_token_penalty_multi_scores_matches_reference(bsz, kind, s
 @pytest.mark.parametrize("bsz, kind, seed", [c for c in all_cases() if c[1] in ("mixed", "all_decode")])
 @pytest.mark.parametrize("V", [111, 1000])
 def test_penalty_row_i_equals_nonspeculative_with_drafts_appended(bsz, kind, seed, V):
-    """The lossless property (SPEC §4.5 [ours]): row i of a slot, run speculatively with
+    """The lossless property (docs/spec.md §4.5 [ours]): row i of a slot, run speculatively with
     draft_tokens, equals the single row non-speculative decoding computes after accepting
     draft_tokens[b, 1..i] (history extended by them, cur_len + i, O_b = 1, no draft_tokens)."""
     rng = np.random.default_rng(seed + 7 * V)
@@ -149,7 +149,7 @@ def test_speculate_get_token_penalty_multi_scores_negative_cur_len_only_scales_a
 
 
 def test_speculate_get_token_penalty_multi_scores_rejects_padding_offsets_as_batch_ids():
-    """Defect 8 (SPEC §7): FastDeploy's [B] penalty test stored the old padding offsets
+    """Defect 8 (docs/spec.md §7): FastDeploy's [B] penalty test stored the old padding offsets
     (0, S - O_0, ...) under the name batch_id_per_token_output, so every row but the first was
     skipped by kernel and reference alike. Given such a fixture our op fails loudly."""
     case = three_slot_case()

@@ -90,7 +90,7 @@ def test_speculate_pre_process_matches_reference(bsz, kind, seed, speculative):
 
 @pytest.mark.parametrize("bsz, kind, seed", all_cases())
 def test_speculate_pre_process_output_side_is_its_definition(bsz, kind, seed):
-    """Output side against SPEC §7 item 7's definition (slot ids repeated O_b times, 1-D prefix sum)."""
+    """Output side against docs/spec.md §7 item 7's definition (slot ids repeated O_b times, 1-D prefix sum)."""
     batch = make_step_batch(np.random.default_rng(seed), bsz, kind)
     out = run(batch.token_num, batch.input_ids, batch.seq_lens_this_time, batch.draft_tokens,
               batch.seq_lens_encoder)

@@ -105,7 +105,7 @@ def test_speculate_verify_rejection_vocab_boundary(vocab):
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_speculate_verify_one_hot_targets_reduce_to_greedy(strategy):
-    """SPEC §4.5: with temperature 0 (one-hot target rows) every strategy is greedy."""
+    """docs/spec.md §4.5: with temperature 0 (one-hot target rows) every strategy is greedy."""
     for bsz, seed in ((1, 1), (17, 2), (256, 3)):
         case = make_verify_case(seed, bsz, "mixed", strategy, one_hot=True)
         greedy = dict(case, verify_strategy="greedy", target_probs=None, draft_probs=None)

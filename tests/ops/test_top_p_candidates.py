@@ -44,7 +44,7 @@ def test_top_p_candidates_literal_three_slots():
 
 
 def test_top_p_candidates_length_is_c_when_top_c_mass_below_top_p():
-    """Regression ([ours], FastDeploy reference §6.3 / §15.2 #3): FastDeploy's dispatched kernel
+    """Regression ([ours], docs/spec.md §8.8): FastDeploy's dispatched kernel
     leaves actual_candidate_lens at 0 when the C best probabilities sum to less than top_p, so
     speculate_verify's candidate check (draft among the first min(len, C) candidates) accepts
     nothing and every draft is rejected. A flat 100-token distribution with C = 5 has top-C

@@ -1,6 +1,6 @@
-"""numpy reference for draft_model_postprocess, written from SPEC §5 and fastdeploy_semantics §8.5
+"""numpy reference for draft_model_postprocess, written from docs/spec.md §5 and docs/spec.md §8.15
 ([ours]: drafts counted only up to the first -1; a gap raises when strict; a paused slot gets
-L = 0, SPEC §1 / §16 invariant 10) as a per-slot loop.
+L = 0, docs/spec.md §1 / §2.2 item 10) as a per-slot loop.
 
 Composable: the state is a dict holding the op's inputs under its argument names (STATE_KEYS);
 returns a new dict (input untouched, other keys passed through).

@@ -1,4 +1,4 @@
-"""numpy reference for draft_model_preprocess (SPEC §5; FastDeploy reference §8.1, era [C] "shadow
+"""numpy reference for draft_model_preprocess (docs/spec.md §5; docs/spec.md §8.12, era [C] "shadow
 state"), written as per-slot loops. Composable: it maps a state dict to a new state dict, so a
 multi-round test can chain it with the other step ops.
 

@@ -1,4 +1,4 @@
-"""numpy reference for draft_model_update, written from SPEC §5 and fastdeploy_semantics §8.4
+"""numpy reference for draft_model_update, written from docs/spec.md §5 and docs/spec.md §8.14
 (era [B] rows through cu_seqlens_q_output; era [C]'s fixes: no draft-side EOS stop, no draft the
 target cannot verify) as a per-slot loop.
 

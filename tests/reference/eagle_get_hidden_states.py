@@ -1,4 +1,4 @@
-"""numpy reference for eagle_get_hidden_states (SPEC §5; FastDeploy reference §8.2), per-slot loops.
+"""numpy reference for eagle_get_hidden_states (docs/spec.md §5; docs/spec.md §8.13), per-slot loops.
 
 Composable with ref_draft_model_preprocess: it reads the same state dict (draft seq_lens_this_time /
 seq_lens_encoder after preprocessing, target accept_num and target_model_seq_lens_this_time, the

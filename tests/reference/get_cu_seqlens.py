@@ -1,4 +1,4 @@
-"""numpy reference for get_cu_seqlens (SPEC §1: every cu_* is an exclusive prefix sum, cu[0] = 0)."""
+"""numpy reference for get_cu_seqlens (docs/spec.md §1: every cu_* is an exclusive prefix sum, cu[0] = 0)."""
 
 import numpy as np
 

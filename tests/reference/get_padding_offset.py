@@ -1,4 +1,4 @@
-"""numpy reference for get_padding_offset, written from SPEC §4.1 as per-slot loops.
+"""numpy reference for get_padding_offset, written from docs/spec.md §4.1 as per-slot loops.
 
 Strict like the CPU op: inputs SPEC calls errors raise ValueError. The CUDA kernel's in-bounds
 behaviour on such inputs is checked with literal cases in tests/gpu, not here.

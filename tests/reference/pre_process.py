@@ -1,4 +1,4 @@
-"""numpy reference for pre_process (SPEC §4.1-4.3), written as per-slot loops from the spec."""
+"""numpy reference for pre_process (docs/spec.md §4.1-4.3), written as per-slot loops from the spec."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""numpy reference for reasoning_phase_token_constraint (SPEC §4.5, FastDeploy reference §6.2)."""
+"""numpy reference for reasoning_phase_token_constraint (docs/spec.md §4.5, docs/spec.md §8.7)."""
 
 import numpy as np
 

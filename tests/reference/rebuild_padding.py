@@ -1,4 +1,4 @@
-"""numpy reference for rebuild_padding, written from SPEC §4.4 as per-slot loops (numpy only).
+"""numpy reference for rebuild_padding, written from docs/spec.md §4.4 as per-slot loops (numpy only).
 
 Valid inputs only: it asserts what it assumes instead of reproducing the op's error checks.
 Works for any numpy dtype (bf16 as uint16 bit patterns included): it only copies rows.

@@ -1,4 +1,4 @@
-"""numpy reference for speculate_get_seq_lens_output, written from SPEC §4.2 as a per-slot loop."""
+"""numpy reference for speculate_get_seq_lens_output, written from docs/spec.md §4.2 as a per-slot loop."""
 
 import numpy as np
 

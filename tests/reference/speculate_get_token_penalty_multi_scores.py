@@ -1,4 +1,4 @@
-"""numpy reference for speculate_get_token_penalty_multi_scores (SPEC §4.5, FastDeploy reference §6.1).
+"""numpy reference for speculate_get_token_penalty_multi_scores (docs/spec.md §4.5, docs/spec.md §8.6).
 
 Plain per-row loops in float32, written from the spec; decisions where the spec is silent are
 listed in ref_speculate_get_token_penalty_multi_scores's docstring.

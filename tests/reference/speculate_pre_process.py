@@ -1,4 +1,4 @@
-"""numpy reference for speculate_pre_process: the unfused path's references composed as SPEC §4.3
+"""numpy reference for speculate_pre_process: the unfused path's references composed as docs/spec.md §4.3
 states it (get_padding_offset, speculate_get_seq_lens_output, index-only get_padding_offset)."""
 
 import numpy as np

@@ -1,5 +1,5 @@
-"""numpy reference for speculate_set_value_by_flags_and_idx (SPEC §3 pre_ids, §4.5 last item;
-fastdeploy_semantics §7.2), written as per-slot loops. Composable: state dict in, new state out.
+"""numpy reference for speculate_set_value_by_flags_and_idx (docs/spec.md §3 pre_ids, §4.5 last item;
+docs/spec.md §8.11), written as per-slot loops. Composable: state dict in, new state out.
 
 Strict like the CPU op: an accept_num outside [0, D] raises ValueError. The CUDA kernel's
 in-bounds behaviour on such values is checked with literal cases in tests/gpu, not here.
@@ -7,7 +7,7 @@ in-bounds behaviour on such values is checked with literal cases in tests/gpu, n
 
 import numpy as np
 
-# Keys of the state dict. The target history buffer is "pre_ids" (SPEC §3; the op's argument
+# Keys of the state dict. The target history buffer is "pre_ids" (docs/spec.md §3; the op's argument
 # is FastDeploy's pre_ids_all).
 READS = ("accept_tokens", "stop_flags", "seq_lens_this_time", "seq_lens_encoder", "step_idx")
 WRITES = ("pre_ids", "accept_num", "seq_lens_decoder")

@@ -1,4 +1,4 @@
-"""numpy reference for speculate_update (SPEC §4.5 last item; fastdeploy_semantics §7.1, era [B]
+"""numpy reference for speculate_update (docs/spec.md §4.5 last item; docs/spec.md §8.10, era [B]
 with the [C] fixes), written as per-slot loops. Composable: state dict in, new state dict out.
 
 Strict like the CPU op: an accept_num outside [0, D] raises ValueError. The CUDA kernel's

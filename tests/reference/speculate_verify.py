@@ -1,4 +1,4 @@
-"""numpy reference for speculate_verify (SPEC §4.5, FastDeploy semantics §6.4-6.5), written as
+"""numpy reference for speculate_verify (docs/spec.md §4.5, docs/spec.md §8.9), written as
 plain per-slot loops from the specification, plus the documented counter-based generator
 (custom_ops/gpu_ops/kernels/counter_rng.h) reimplemented with Python integers.
 

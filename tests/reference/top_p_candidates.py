@@ -1,4 +1,4 @@
-"""numpy reference for top_p_candidates (SPEC §4.5; FastDeploy reference §6.3 with the [ours] length fix;
+"""numpy reference for top_p_candidates (docs/spec.md §4.5; docs/spec.md §8.8 with the [ours] length fix;
 issue 16: entries past the top-p length are not candidates)."""
 
 import numpy as np

@@ -1,7 +1,7 @@
 """Composed multi-round test of the target step and the MTP proposer (tests/mtp_round.py): the real
 CPU ops chained as the runner chains them, over random batches where requests arrive, finish
 (EOS or max_dec_len), get aborted and get preempted. After every round: the invariants of
-fastdeploy_semantics §16 (1-10) and the lossless property (each request's tokens are the greedy
+docs/spec.md §2.2 (1-10) and the lossless property (each request's tokens are the greedy
 sequence of the target alone, whatever the drafts were). Inside the round every op is also
 compared with its numpy reference, composed the same way (Engine._both), so a divergence is
 reported at the op and round where it happens.
@@ -37,7 +37,7 @@ def _near_max(cfg: RoundConfig, state: dict, b: int) -> bool:
 
 def check_packing(rec: RoundRecord, meta: dict, lens, enc, token_num: int, what: str) -> None:
     """Invariant 1: cu_q / cu_q_out are exclusive prefix sums ending at T / T_out, the per-token
-    slot ids repeat slot b L_b (O_b) times and are -1 past the total, and O_b is SPEC §4.2's."""
+    slot ids repeat slot b L_b (O_b) times and are -1 past the total, and O_b is docs/spec.md §4.2's."""
     out_lens = seq_lens_output(lens, enc)
     batch_ids, cu = pack_output_index(lens, token_num)
     out_ids, cu_out = pack_output_index(out_lens, meta["batch_id_per_token_output"].shape[0])

@@ -1,4 +1,4 @@
-"""The buffer table: declarations checked by BufferSpec, shapes and dtypes of SPEC §3, names of the ops'
+"""The buffer table: declarations checked by BufferSpec, shapes and dtypes of docs/spec.md §3, names of the ops'
 arguments, dims resolved from the config, and review defect 6."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tests.worker.slot_patterns import make_config
 BY_NAME = {s.name: s for s in TARGET_BUFFERS}
 K = BufferKind
 
-# SPEC §3, written out by hand: name -> (dims, dtype). N = max_num_seqs, S = max_model_len, D = k + 1.
+# docs/spec.md §3, written out by hand: name -> (dims, dtype). N = max_num_seqs, S = max_model_len, D = k + 1.
 SPEC_CORE = {
     "input_ids": (("max_num_seqs", "max_model_len"), "int64"),
     "prompt_lens": (("max_num_seqs",), "int64"),

@@ -1,5 +1,5 @@
 // draft_model_postprocess CUDA kernel: sets the target's seq_lens_this_time from the drafts the
-// proposer wrote (SPEC §5; FastDeploy §8.5).
+// proposer wrote (docs/spec.md §5; docs/spec.md §8.15).
 //   base_model_draft_tokens [>= bsz, width] int64: column 0 the last accepted token, columns
 //     1 .. the drafts, -1 = no draft; seq_lens_this_time [bsz] int32, in place;
 //   seq_lens_encoder [bsz] int32; stop_flags [bsz] bool; is_block_step [bsz] bool or nullptr.

@@ -1,4 +1,4 @@
-// draft_model_preprocess CUDA kernel (SPEC §5; FastDeploy reference §8.1, era [C] "shadow
+// draft_model_preprocess CUDA kernel (docs/spec.md §5; docs/spec.md §8.12, era [C] "shadow
 // state"): the target's state after verification -> the draft's state for this round, in place.
 //   draft:  draft_tokens [N, Dd], input_ids [N, S], pre_ids [N, Sp] i64; stop_flags [bsz] bool;
 //           seq_lens_this_time / _encoder / _decoder [bsz] i32; step_idx [bsz] i64;

@@ -7,7 +7,7 @@
 extern "C" {
 #endif
 
-// Derives the draft's state from the target's after verification, in place (SPEC §5; FastDeploy
+// Derives the draft's state from the target's after verification, in place (docs/spec.md §5; FastDeploy
 // era [C] "shadow state"). Row buffers are [rows >= bsz, width] row-major with the width given
 // next to them; per-slot buffers are [bsz] (all device pointers).
 //   updated: draft_tokens, input_ids, stop_flags, seq_lens_this_time, seq_lens_encoder,

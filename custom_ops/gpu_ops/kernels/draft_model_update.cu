@@ -1,5 +1,5 @@
 // draft_model_update CUDA kernel: the draft state update after one MTP sampling substep s
-// (SPEC §5; FastDeploy §8.4, era [B] row starts from cu_seqlens_q_output, with era-[C] fixes).
+// (docs/spec.md §5; docs/spec.md §8.14, era [B] row starts from cu_seqlens_q_output, with era-[C] fixes).
 //
 // Per slot b < bsz (rows of slot b: [cu[b], cu[b + 1]), cu = cu_seqlens_q_output):
 //   stopped (stop_flags[b], also paused slots): draft_tokens[b, 0] = -1,

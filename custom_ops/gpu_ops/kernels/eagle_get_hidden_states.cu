@@ -1,4 +1,4 @@
-// eagle_get_hidden_states CUDA kernels (SPEC §5; FastDeploy reference §8.2): the target hidden
+// eagle_get_hidden_states CUDA kernels (docs/spec.md §5; docs/spec.md §8.13): the target hidden
 // rows each draft slot consumes, packed in slot order, with the count kept on the device.
 //   in:  input [token_num, H] (any dtype of elem_size bytes), per slot [bsz] int32: draft L and E
 //        (after draft_model_preprocess), accept_num, target L of the step just finished

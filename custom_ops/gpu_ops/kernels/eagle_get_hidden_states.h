@@ -7,7 +7,7 @@
 extern "C" {
 #endif
 
-// Packs, per slot, the first k_b of the slot's target rows into out (SPEC §5; FastDeploy §8.2):
+// Packs, per slot, the first k_b of the slot's target rows into out (docs/spec.md §5; docs/spec.md §8.13):
 // k_b = 0 if seq_lens_this_time[b] <= 0, else seq_lens_encoder[b] if > 0, else accept_num[b],
 // clamped into [0, max(target_model_seq_lens_this_time[b], 0)]. Slot b's target rows start at
 // the exclusive prefix sum of target_model_seq_lens_this_time.

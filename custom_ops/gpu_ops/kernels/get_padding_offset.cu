@@ -1,4 +1,4 @@
-// get_padding_offset CUDA kernel (SPEC §4.1): packs this step's query tokens and builds the
+// get_padding_offset CUDA kernel (docs/spec.md §4.1): packs this step's query tokens and builds the
 // varlen index in one launch.
 //   in:  input_ids [N, S] i64 (optional), seq_lens_this_time [bsz] i32,
 //        draft_tokens [N, D] i64 with seq_lens_encoder [bsz] i32 (optional pair)

@@ -1,4 +1,4 @@
-// rebuild_padding CUDA kernel: gathers the hidden rows that need logits (SPEC §4.4).
+// rebuild_padding CUDA kernel: gathers the hidden rows that need logits (docs/spec.md §4.4).
 //   tmp_out [token_num, hidden] (packed transformer output) -> out [out_rows, hidden]
 //   without output indices: out_rows = bsz, row b <- slot b's last prefill token or first decode token;
 //   with batch_id_per_token_output / cu_seqlens_q_output: out_rows = capacity, row t <- slot

@@ -7,7 +7,7 @@
 extern "C" {
 #endif
 
-// Gathers the hidden rows that need logits (SPEC §4.4) and zero-fills every other output row.
+// Gathers the hidden rows that need logits (docs/spec.md §4.4) and zero-fills every other output row.
 //   tmp_out            [token_num, hidden]  elements of elem_bytes bytes (2: fp16/bf16, 4: fp32)
 //   cu_seqlens_q       [bsz + 1] int32;  seq_len_this_time, seq_lens_decoder, seq_lens_encoder [bsz] int32
 //   batch_id_per_token_output [out_rows] int32 and cu_seqlens_q_output [bsz + 1] int32: both or neither

@@ -1,4 +1,4 @@
-// speculate_get_seq_lens_output CUDA kernel (SPEC §4.2): logit rows per slot.
+// speculate_get_seq_lens_output CUDA kernel (docs/spec.md §4.2): logit rows per slot.
 //   in:  seq_lens_this_time [bsz] i32 (L_b), seq_lens_encoder [bsz] i32 (E_b)
 //   out: seq_lens_output [bsz] i32: 0 if L_b <= 0; 1 if L_b == 1 or E_b != 0; else L_b
 // Parallelization: one thread per slot, grid-stride over slots, so any bsz takes one launch.

@@ -1,4 +1,4 @@
-// speculate_pre_process CUDA kernel (SPEC §4.3, [ours]): the whole of pre_process in one launch,
+// speculate_pre_process CUDA kernel (docs/spec.md §4.3, [ours]): the whole of pre_process in one launch,
 // bit-identical to get_padding_offset (input side) + speculate_get_seq_lens_output +
 // get_padding_offset(None, O, None, None, output_capacity) (output side).
 //   in:  input_ids [N, S] i64, seq_lens_this_time [bsz] i32 (L_b), draft_tokens [N, D] i64 or
@@ -45,7 +45,7 @@ struct Params {
   int32_t* lens_out;
 };
 
-// O_b (SPEC §4.2) as speculate_get_seq_lens_output's kernel computes it.
+// O_b (docs/spec.md §4.2) as speculate_get_seq_lens_output's kernel computes it.
 __device__ __forceinline__ int32_t OutputRows(int32_t n, int32_t e) {
   return n <= 0 ? 0 : (n == 1 || e != 0) ? 1 : n;
 }

@@ -1,6 +1,6 @@
 // speculate_verify CUDA kernels: decide which draft tokens of one step are accepted and emit
 // each slot's tokens (accepted drafts, then one correction or bonus token) in place.
-// Semantics are those of the op (cpu_ops/speculate_verify.cc, SPEC §4.5); shapes are listed in
+// Semantics are those of the op (cpu_ops/speculate_verify.cc, docs/spec.md §4.5); shapes are listed in
 // speculate_verify.h. Per slot b with s = cu_seqlens_q_output[b], L = seq_lens_this_time[b], draft
 // draft_tokens[b, i + 1] is checked against output row s + i for i < L - 1, stopping at the first
 // rejection; the correction/bonus token comes from the row where the walk stopped. topp reads

@@ -8,7 +8,7 @@ interleaved-RoPE checkpoints (ERNIE 4.5) permutes the q/k rows of every head so 
 become (j, j + d/2), our half-split rotation: the same permutation on q and k leaves every q.k
 product, hence the attention, unchanged.
 
-MTP drafts (SPEC §5) come from the target's own checkpoint: ERNIE 4.5's `model.mtp_emb_norm.0`,
+MTP drafts (docs/spec.md §5) come from the target's own checkpoint: ERNIE 4.5's `model.mtp_emb_norm.0`,
 `model.mtp_hidden_norm.0`, `model.mtp_linear_proj.0` ([H, 2H]) and `model.mtp_block.0.*`, or DeepSeek-V3's
 `model.layers.{L}.{enorm, hnorm, eh_proj, shared_head.norm}` + decoder layer at L = num_hidden_layers.
 Both concatenate [embedding, hidden] in that order and take the target's hidden state after its final

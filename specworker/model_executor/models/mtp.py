@@ -1,4 +1,4 @@
-"""MTPDraft: the DeepSeek-V3 / ERNIE-4.5 style multi-token-prediction draft module (SPEC §5).
+"""MTPDraft: the DeepSeek-V3 / ERNIE-4.5 style multi-token-prediction draft module (docs/spec.md §5).
 
 For position i: x = eh_proj(concat(enorm(embed(token_{i+1})), hnorm(h_i))), one decoder layer, output
 hidden before the final norm. Embedding, final norm and lm_head are the target's (shared, not copied);

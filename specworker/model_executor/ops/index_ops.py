@@ -135,7 +135,7 @@ def rebuild_padding(
     first_token_out: paddle.Tensor | None = None,
     enable_logprob: bool = False,
 ) -> paddle.Tensor:
-    """Gathers the hidden rows that need logits (SPEC §4.4); FastDeploy's argument order.
+    """Gathers the hidden rows that need logits (docs/spec.md §4.4); FastDeploy's argument order.
 
     A prefill slot (E_b > 0) yields its last prompt token, row cu_seqlens_q[b] + E_b - 1; a decode
     slot yields its token at each local index i, row cu_seqlens_q[b] + i. Idle slots (L_b == 0),

@@ -201,7 +201,7 @@ def speculate_verify(
     verify_strategy: str | int = "topp",
     accept_policy: str | int = "normal",
 ) -> None:
-    """Verifies one step's draft tokens and emits each slot's tokens, in place (SPEC §4.5).
+    """Verifies one step's draft tokens and emits each slot's tokens, in place (docs/spec.md §4.5).
 
     Slot b reads output rows s = cu_seqlens_q_output[b] onwards: draft draft_tokens[b, i + 1] is
     checked against row s + i for i < L - 1 (L = seq_lens_this_time[b]), stopping at the first
