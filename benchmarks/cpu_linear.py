@@ -4,8 +4,8 @@
 
 Shapes (K, N), SmolLM2's: gate|up (576, 3072), a 1728-wide projection (576, 1728; q/k/v fused is 960),
 o_proj (576, 576), down (1536, 576) and the lm_head (576, 49152), each at M = 1, 4, 16, 64 rows.
-Variants, measured side by side (round-robin over --rounds rounds; each figure is the fast decile of
-the per-call times, the median is in the JSON):
+Variants, measured side by side (round-robin over --rounds rounds, more when a round has fewer than 60
+calls; each figure is the fast decile of the per-call times, the median is in the JSON):
   ours        the model's path: float32 panels from ops.pack_linear_weight, the op's thread pool
   ours_bf16   bfloat16 panels (half the bytes; other values than float32, so a separate contract check)
   ours_plain  the [K, N] weight (the op's plain API)
@@ -40,6 +40,7 @@ from tests.reference.batch_invariant_linear import ref_batch_invariant_linear_fp
 
 SHAPES = [(576, 1728), (576, 576), (576, 3072), (1536, 576), (576, 49152)]
 ROWS = [1, 4, 16, 64]
+MIN_SAMPLES = 60  # calls per variant at least (the lm_head has only 3 weight copies per round)
 PANELS_F32 = 1
 
 
@@ -138,7 +139,7 @@ def bench_shape(lib, K: int, N: int, args, rng) -> list[dict]:
             "paddle_1t": (paddle_matmul(x, 1), plain),
             "paddle_2t": (paddle_matmul(x, args.threads), plain),
         }
-        t, t_median = time_rounds(variants, args.rounds)
+        t, t_median = time_rounds(variants, max(args.rounds, math.ceil(MIN_SAMPLES / copies)))
         paddle.base.core.set_num_threads(1)
         row = {"K": K, "N": N, "M": M, "weight_copies": copies, "us": {k: v * 1e6 for k, v in t.items()},
                "median_us": {k: v * 1e6 for k, v in t_median.items()}}
