@@ -5,8 +5,9 @@
 
 Each tree runs with its own .venv/bin/python and build/ops (e.g. `git archive <rev> | tar -x -C /tmp/base`,
 then a copy of that revision's build/ops and links to .venv and models/). Runs alternate before, after,
-before, ... so both see the same machine load; per prompts file the table gives the median tokens/s and
-target-forward ms per step (first step, the prefill, included) and after / before.
+before, ... so both see the same machine load; per prompts file the table gives the median tokens/s, the
+after / before ratio of the medians (min-max over the pairs of back-to-back runs) and ms per step (the
+first step, the prefill, included).
 """
 
 from __future__ import annotations
@@ -40,24 +41,30 @@ def main():
     parser.add_argument("--before", required=True, type=Path)
     parser.add_argument("--after", required=True, type=Path)
     parser.add_argument("--config", required=True, help="path relative to each tree")
+    parser.add_argument("--after-config", default=None, help="the after tree's config (default: --config)")
     parser.add_argument("--prompts", required=True, help="comma-separated prompt files")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    result = {"config": args.config, "max_tokens": args.max_tokens, "runs": {}}
-    print("| prompts | before tok/s | after tok/s | after / before | before ms/step | after ms/step |")
+    result = {"config": args.config, "after_config": args.after_config or args.config, "max_tokens": args.max_tokens,
+              "runs": {}}
+    print("| prompts | before tok/s | after tok/s | after / before (min-max) | before ms/step | after ms/step |")
     print("|---|--:|--:|--:|--:|--:|")
     for prompts in args.prompts.split(","):
         runs = {"before": [], "after": []}
         for _ in range(args.repeats):
             for name in ("before", "after"):
-                runs[name].append(run_once(getattr(args, name), args.config, prompts, args.max_tokens))
+                config = args.after_config if name == "after" and args.after_config else args.config
+                runs[name].append(run_once(getattr(args, name), config, prompts, args.max_tokens))
         med = {name: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for name, rs in runs.items()}
         result["runs"][prompts] = {"all": runs, "median": med}
         b, a = med["before"], med["after"]
+        ratios = [ra["tokens_per_s"] / rb["tokens_per_s"] for rb, ra in zip(runs["before"], runs["after"])]
+        result["runs"][prompts]["ratios"] = ratios
         print(f"| {Path(prompts).name} | {b['tokens_per_s']:.1f} | {a['tokens_per_s']:.1f} | "
-              f"{a['tokens_per_s'] / b['tokens_per_s']:.2f} | {b['step_ms']:.1f} | {a['step_ms']:.1f} |", flush=True)
+              f"{a['tokens_per_s'] / b['tokens_per_s']:.2f} ({min(ratios):.2f}-{max(ratios):.2f}) | {b['step_ms']:.1f} | "
+              f"{a['step_ms']:.1f} |", flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
 

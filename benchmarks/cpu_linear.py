@@ -4,8 +4,8 @@
 
 Shapes (K, N), SmolLM2's: gate|up (576, 3072), a 1728-wide projection (576, 1728; q/k/v fused is 960),
 o_proj (576, 576), down (1536, 576) and the lm_head (576, 49152), each at M = 1, 4, 16, 64 rows.
-Variants, measured side by side (round-robin over --rounds rounds; each figure is the fast decile of
-the per-call times, the median is in the JSON):
+Variants, measured side by side (round-robin over --rounds rounds, more when a round has fewer than 60
+calls; each figure is the fast decile of the per-call times, the median is in the JSON):
   ours        the model's path: float32 panels from ops.pack_linear_weight, the op's thread pool
   ours_bf16   bfloat16 panels (half the bytes; other values than float32, so a separate contract check)
   ours_plain  the [K, N] weight (the op's plain API)
@@ -15,7 +15,8 @@ Every call reads its weight from DRAM as in a model step: each variant cycles th
 weight that together exceed the last-level cache several times (--target-mib). The roofline of a
 call is max(bytes / stream bandwidth, multiply-adds / peak of the vmulps + vaddps mix), both
 measured here (benchmarks/cpu_roofline.py) at the op's thread count before the first shape and after
-each one, the best of those measurements counting; `mem_roofline` = (bytes / bandwidth) / time. Before timing, each shape is checked bit for bit against the documented order.
+each one, the best of those measurements counting (the compute peak at least threads x one core's);
+`mem_roofline` = (bytes / bandwidth) / time. Before timing, each shape is checked bit for bit against the documented order.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from tests.reference.batch_invariant_linear import ref_batch_invariant_linear_fp
 
 SHAPES = [(576, 1728), (576, 576), (576, 3072), (1536, 576), (576, 49152)]
 ROWS = [1, 4, 16, 64]
+MIN_SAMPLES = 60  # calls per variant at least (the lm_head has only 3 weight copies per round)
 PANELS_F32 = 1
 
 
@@ -95,6 +97,31 @@ def best_limits(samples: list[dict]) -> dict:
 def add_rooflines(row: dict, limits: dict, threads: int) -> None:
     """row's roofline times and fractions from `limits` (bytes: weights + x + out)."""
     K, N, M, t = row["K"], row["N"], row["M"], {k: v / 1e6 for k, v in row["us"].items()}
+    bw = limits["stream_read_GBps"][str(threads)] * 1e9
+    # Cores are alike: the compute roof is `threads` x one core's peak when the machine never gave us
+    # all cores at once during a peak measurement (bandwidth is measured, it does not scale so).
+    peak = max(limits["peak_muladd_GMACps"][str(threads)], threads * limits["peak_muladd_GMACps"]["1"]) * 1e9
+    act = 4 * (M * K + M * N)
+    t_mem = {"f32": (4 * K * N + act) / bw, "bf16": (2 * K * N + act) / bw}
+    t_cmp = M * K * N / peak
+    paddle_best = min(t["paddle_1t"], t["paddle_2t"])
+    row.update({
+        "roofline_us": {k: max(v, t_cmp) * 1e6 for k, v in t_mem.items()},
+        "mem_roofline": {"ours": t_mem["f32"] / t["ours"], "kernel": t_mem["f32"] / t["kernel"],
+                         "ours_bf16": t_mem["bf16"] / t["ours_bf16"]},
+        "roofline": {"ours": max(t_mem["f32"], t_cmp) / t["ours"], "ours_bf16": max(t_mem["bf16"], t_cmp) / t["ours_bf16"]},
+        "speed_vs_paddle": {"ours": paddle_best / t["ours"], "ours_bf16": paddle_best / t["ours_bf16"]},
+        "ours_GBps": 4 * K * N / t["ours"] / 1e9, "ours_GMACps": M * K * N / t["ours"] / 1e9})
+
+
+def bench_shape(lib, K: int, N: int, args, rng) -> list[dict]:
+    """Every variant at every M for one weight shape (the rooflines are added once the limits are known)."""
+    w_np = (rng.standard_normal((K, N)) / math.sqrt(K)).astype(np.float32)
+    check_bits(rng.standard_normal((3, K)).astype(np.float32), w_np)
+    copies = max(2, math.ceil(args.target_mib * 2**20 / (K * N * 4)))
+    plain = [paddle.to_tensor(w_np * np.float32(1 + 1e-3 * i)) for i in range(copies)]
+    panels = [ops.pack_linear_weight(w) for w in plain]
+    bf16 = [ops.pack_linear_weight(w, "bfloat16") for w in plain]
     rows = []
     for M in ROWS:
         x = paddle.to_tensor(rng.standard_normal((M, K)).astype(np.float32))
@@ -112,7 +139,7 @@ def add_rooflines(row: dict, limits: dict, threads: int) -> None:
             "paddle_1t": (paddle_matmul(x, 1), plain),
             "paddle_2t": (paddle_matmul(x, args.threads), plain),
         }
-        t, t_median = time_rounds(variants, args.rounds)
+        t, t_median = time_rounds(variants, max(args.rounds, math.ceil(MIN_SAMPLES / copies)))
         paddle.base.core.set_num_threads(1)
         row = {"K": K, "N": N, "M": M, "weight_copies": copies, "us": {k: v * 1e6 for k, v in t.items()},
                "median_us": {k: v * 1e6 for k, v in t_median.items()}}
