@@ -54,6 +54,8 @@ MAX_CANDIDATE_LENS = tuple(range(1, 11)) + tuple(range(20, 101, 10))  # top_p_ca
 MAX_BLOCK_SIZE = 1024
 INT32_MAX = 2**31 - 1  # offsets, cu_seqlens and KV slot ids are int32
 MAX_SEED = 2**32 - 1  # the widest range every RNG we seed (numpy, paddle, random) accepts
+MAX_BAD_WORDS = 64  # W, bad-word ids per request (FastDeploy sizes bad_tokens [N, V]; a cap costs N * W, not N * V)
+MAX_STOP_TOKENS = 8  # E, capacity of eos_token_id; unused entries are NO_TOKEN, which no op matches
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -281,7 +283,7 @@ class WorkerConfig:
     speculative_config: SpeculativeConfig = dataclasses.field(default_factory=SpeculativeConfig)
     device: str = "cpu"
     seed: int = 0
-    debug_checks: bool = False  # run ForwardMeta.check() and friends every step (STYLE §2.2)
+    debug_checks: bool = False  # run ForwardMeta.check(), SamplingMetadata.check() and friends every step
 
     def __post_init__(self) -> None:
         check_types(self)

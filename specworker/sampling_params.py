@@ -11,9 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specworker.config import MAX_SEED
-from specworker.worker.buffers import MAX_BAD_WORDS
-from specworker.worker.slot_request import SlotRequest
+from specworker.config import MAX_BAD_WORDS, MAX_SEED
+from specworker.slot_request import SlotRequest
 
 __all__ = ["MAX_LOGPROBS", "SamplingParams"]
 

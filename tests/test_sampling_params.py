@@ -7,8 +7,8 @@ import re
 import numpy as np
 import pytest
 
+from specworker.config import MAX_BAD_WORDS
 from specworker.sampling_params import SamplingParams
-from specworker.worker.buffers import MAX_BAD_WORDS
 
 BAD = {
     "temperature_negative": (dict(temperature=-0.5), ValueError, "temperature = -0.5; allowed: a finite float >= 0"),

@@ -3,7 +3,7 @@ kind"), declared like the target's and moved row by row with it. FastDeploy's pr
 
 from __future__ import annotations
 
-from specworker.worker.buffers import NO_TOKEN, TARGET_BUFFERS, BufferKind, BufferSpec, check_table
+from specworker.model_executor.slot_buffers import NO_TOKEN, TARGET_BUFFERS, BufferKind, BufferSpec, check_table
 
 __all__ = ["DRAFT_BUFFERS"]
 

@@ -15,9 +15,10 @@ from specworker.config import WorkerConfig
 from specworker.model_executor import ops
 from specworker.model_executor.layers.sampler import GREEDY_TEMPERATURE, sample_rows
 from specworker.model_executor.pre_and_post_process import pre_process
+from specworker.model_executor.slot_buffers import SlotBuffers, buffer_dims
 from specworker.spec_decode.base import Proposer
+from specworker.spec_decode.metadata import ProposerInputs, ProposerOutput
 from specworker.spec_decode.mtp_buffers import DRAFT_BUFFERS
-from specworker.worker.input_batch import InputBatch
 
 __all__ = ["DRAFT_SEED_OFFSET", "MTPProposer"]
 
@@ -27,8 +28,10 @@ logger = logging.getLogger(__name__)
 
 
 class MTPProposer(Proposer):
-    """Greedy MTP drafts. Substep s writes the target's draft_tokens[b, s + 1]; with num_model_steps < k
-    the remaining columns stay -1 and the target verifies 1 + num_model_steps tokens.
+    """MTP drafts: greedy (argmax of the draft's logits), or sampled from the request's sampling
+    distribution under rejection verification, which needs the distributions (`draft_probs`). Substep s
+    writes the target's draft_tokens[b, s + 1]; with num_model_steps < k the remaining columns stay -1 and
+    the target verifies 1 + num_model_steps tokens. Its batch follows the target batch's row moves.
 
     Vocabulary: the draft prompt is the target prompt shifted left by one (draft position i holds
     token i + 1, paired with the target's hidden row of position i); after a prefill the draft's last
@@ -46,8 +49,8 @@ class MTPProposer(Proposer):
             draft = load_mtp(spec.model, target, place, linear_weight_dtype=config.model.linear_weight_dtype)
         self.draft = draft
         arch = target.arch
-        self.batch = InputBatch(config, place, vocab_size=arch.vocab_size, table=DRAFT_BUFFERS,
-                                hidden_size=arch.hidden_size)
+        dims = buffer_dims(config, hidden_size=arch.hidden_size, vocab_size=arch.vocab_size)
+        self.batch = SlotBuffers(DRAFT_BUFFERS, dims, place)
         self.buffers = self.batch.share_inputs
         self.kv_cache = self.draft.new_kv_cache(config.scheduler.num_blocks, config.scheduler.block_size, place)
         # rejection verification needs the distribution each draft was drawn from: drafts are then sampled
@@ -55,12 +58,13 @@ class MTPProposer(Proposer):
         # strategies verify greedy drafts, whose distribution is one-hot (None to the verify op).
         self.sample_drafts = spec.verify_strategy == "rejection"
         self.draft_probs = self.buffers["draft_probs"] if self.sample_drafts else None
+        self._draft_tokens = self._sample if self.sample_drafts else self._argmax
         # cu_seqlens_q_output for draft_model_update when `tokens` holds one row per slot
         self._one_row_per_slot = paddle.arange(config.scheduler.max_num_seqs + 1, dtype="int32").to(place)
 
-    # ---- row moves and host writes (between steps) ----
-    def insert(self, slot: int, prompt_token_ids: list[int]) -> None:
-        self.batch.reset_row(slot)
+    # ---- row moves (the draft batch follows the target's) and host writes, between steps ----
+    def followers(self):
+        return (self.batch,)
 
     def write_prefill(self, slot: int, prompt_token_ids: list[int], start: int, length: int) -> None:
         """Draft chunk = target chunk shifted left by one. A middle chunk takes the next chunk's first
@@ -73,44 +77,37 @@ class MTPProposer(Proposer):
             row["pre_ids"] = np.full([self.max_model_len], -1, dtype=np.int64)
         self.batch.write_row(slot, row)
 
-    def clear_slot(self, slot: int) -> None:
-        self.batch.reset_row(slot)
+    def _argmax(self, logits, t: ProposerInputs, substep: int):
+        return paddle.argmax(logits, axis=-1)  # [N] int64
 
-    def swap_states(self, i: int, j: int) -> None:
-        self.batch.swap_rows(i, j)
-
-    def move_slot(self, src: int, dst: int) -> None:
-        self.batch.move_row(src, dst)
-
-    def _sample(self, logits, t, substep: int):
+    def _sample(self, logits, t: ProposerInputs, substep: int):
         """Draft token of every slot drawn from q = the request's sampling distribution over the draft's
         logits (greedy requests: one-hot argmax); q goes to draft_probs[:, substep] for verification.
         The draw uses the counter generator keyed by (infer_seed + DRAFT_SEED_OFFSET, step_idx + substep),
         a stream apart from the target's (seed, step_idx + j)."""
-        greedy = t["temperature"] < GREEDY_TEMPERATURE  # [N]
-        scale = paddle.where(greedy, paddle.ones_like(t["temperature"]), t["temperature"])
+        greedy = t.temperature < GREEDY_TEMPERATURE  # [N]
+        scale = paddle.where(greedy, paddle.ones_like(t.temperature), t.temperature)
         tokens, probs = sample_rows(
-            logits / scale.unsqueeze(-1), greedy=greedy, top_k=t["top_k"], top_p=t["top_p"], min_p=t["min_p"],
-            seed=(t["infer_seed"] + DRAFT_SEED_OFFSET) % (1 << 32), counter=t["step_idx"] + substep)
+            logits / scale.unsqueeze(-1), greedy=greedy, top_k=t.top_k, top_p=t.top_p, min_p=t.min_p,
+            seed=(t.infer_seed + DRAFT_SEED_OFFSET) % (1 << 32), counter=t.step_idx + substep)
         self.buffers["draft_probs"][:, substep] = probs
         return tokens
 
     # ---- the proposer's part of the step ----
-    def run(self, *, target_hidden, meta, share_inputs) -> None:
-        d, t = self.buffers, share_inputs
+    def run(self, inputs: ProposerInputs) -> ProposerOutput:
+        d, t = self.buffers, inputs
         ops.draft_model_preprocess(
             d["draft_tokens"], d["input_ids"], d["stop_flags"], d["seq_lens_this_time"], d["seq_lens_encoder"],
-            d["seq_lens_decoder"], d["step_idx"], d["not_need_stop"], d["pre_ids"], t["accept_tokens"],
-            t["accept_num"], t["seq_lens_encoder"], t["seq_lens_decoder"], t["step_idx"], t["stop_flags"],
-            t["max_dec_len"], t["draft_tokens"], self.num_model_steps,
-            target_model_is_block_step=t["is_block_step"])
+            d["seq_lens_decoder"], d["step_idx"], d["not_need_stop"], d["pre_ids"], t.accept_tokens,
+            t.accept_num, t.seq_lens_encoder, t.seq_lens_decoder, t.step_idx, t.stop_flags, t.max_dec_len,
+            t.draft_tokens, self.num_model_steps, target_model_is_block_step=t.is_block_step)
         # Substep 0 pairs draft token p + 1 with the target's hidden row of position p: [T, H] packed like
         # the draft's own tokens (eagle_get_hidden_states keeps accept_num rows per decode slot).
         prev_hidden = ops.eagle_get_hidden_states(
-            target_hidden, d["seq_lens_this_time"], d["seq_lens_encoder"], d["seq_lens_decoder"], d["stop_flags"],
-            t["accept_num"], t["seq_lens_this_time"], t["seq_lens_encoder"], self.k).out
+            t.target_hidden, d["seq_lens_this_time"], d["seq_lens_encoder"], d["seq_lens_decoder"],
+            d["stop_flags"], t.accept_num, t.seq_lens_this_time, t.seq_lens_encoder, self.k).out
         for substep in range(self.num_model_steps):
-            token_num = meta.token_num if substep == 0 else d["last_hidden"].shape[0]
+            token_num = t.meta.token_num if substep == 0 else d["last_hidden"].shape[0]
             dmeta = pre_process(
                 input_ids=d["input_ids"], seq_lens_this_time=d["seq_lens_this_time"],
                 seq_lens_encoder=d["seq_lens_encoder"], seq_lens_decoder=d["seq_lens_decoder"],
@@ -119,21 +116,18 @@ class MTPProposer(Proposer):
             if substep > 0:  # later substeps continue from the draft's own last hidden row of each slot
                 prev_hidden = paddle.gather(d["last_hidden"], paddle.clip(dmeta.batch_id_per_token, min=0))
             prev = self.draft.prepare_hidden(prev_hidden[:token_num], from_target=substep == 0)
-            hidden = self.draft.forward(dmeta.ids_remove_padding, prev, dmeta, self.kv_cache, t["block_tables"])
+            hidden = self.draft.forward(dmeta.ids_remove_padding, prev, dmeta, self.kv_cache, t.block_tables)
             # Only each slot's last row drafts (the row draft_model_update reads): gather those [N, H] rows
             # straight from the packed hidden states instead of every output row. Idle slots gather a
             # neighbour's row; draft_model_update ignores stopped slots.
             last = paddle.gather(hidden, paddle.clip(dmeta.cu_seqlens_q[1:] - 1, min=0))  # [N, H]
             paddle.assign(last, output=d["last_hidden"])
             logits = self.draft.compute_logits(last)  # [N, V]
-            if self.sample_drafts:
-                tokens = self._sample(logits, t, substep)
-            else:
-                tokens = paddle.argmax(logits, axis=-1)  # [N] int64
+            tokens = self._draft_tokens(logits, t, substep)  # [N] int64
             ops.draft_model_update(
                 tokens, d["draft_tokens"], d["pre_ids"], d["seq_lens_this_time"], d["seq_lens_encoder"],
                 d["seq_lens_decoder"], d["step_idx"], self._one_row_per_slot, d["stop_flags"],
-                d["not_need_stop"], t["max_dec_len"], t["eos_token_id"], t["draft_tokens"], self.max_model_len,
-                substep)
-        ops.draft_model_postprocess(t["draft_tokens"], t["seq_lens_this_time"], t["seq_lens_encoder"],
-                                    t["stop_flags"], t["is_block_step"])
+                d["not_need_stop"], t.max_dec_len, t.eos_token_id, t.draft_tokens, self.max_model_len, substep)
+        ops.draft_model_postprocess(t.draft_tokens, t.seq_lens_this_time, t.seq_lens_encoder, t.stop_flags,
+                                    t.is_block_step)
+        return ProposerOutput.of(inputs, self.draft_probs)

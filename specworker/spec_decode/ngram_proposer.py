@@ -8,6 +8,7 @@ from __future__ import annotations
 from specworker.config import SpeculativeConfig
 from specworker.model_executor import ops
 from specworker.spec_decode.base import Proposer
+from specworker.spec_decode.metadata import ProposerInputs, ProposerOutput
 
 __all__ = ["NgramProposer"]
 
@@ -25,10 +26,10 @@ class NgramProposer(Proposer):
         self.max_ngram_size = spec.max_ngram_size
         self.min_ngram_size = spec.min_ngram_size
 
-    def run(self, *, target_hidden, meta, share_inputs) -> None:
-        t = share_inputs
+    def run(self, inputs: ProposerInputs) -> ProposerOutput:
+        t = inputs
         ops.ngram_match(
-            t["prompt_ids"], t["prompt_lens"], t["pre_ids"], t["step_idx"], t["actual_draft_token_nums"],
-            t["draft_tokens"], t["seq_lens_this_time"], t["seq_lens_encoder"], t["seq_lens_decoder"],
-            t["max_dec_len"], self.max_ngram_size, self.k, min_ngram_size=self.min_ngram_size,
-            is_block_step=t["is_block_step"])
+            t.prompt_ids, t.prompt_lens, t.pre_ids, t.step_idx, t.actual_draft_token_nums, t.draft_tokens,
+            t.seq_lens_this_time, t.seq_lens_encoder, t.seq_lens_decoder, t.max_dec_len, self.max_ngram_size,
+            self.k, min_ngram_size=self.min_ngram_size, is_block_step=t.is_block_step)
+        return ProposerOutput.of(inputs)

@@ -1,13 +1,13 @@
 """SpeculativeSampler: logits of one step -> emitted tokens, through the optional reasoning constraint, the
 Sampler (penalties, temperature / top-k / top-p / min-p, seeded draws) and speculate_verify with
 the configured verify_strategy and accept_policy. Non-speculative steps are the k = 0 case: the one row
-of a slot is its bonus token. Writes accept_tokens / accept_num / step_idx / stop_flags in place.
+of a slot is its bonus token. Writes accept_tokens / accept_num / step_idx / stop_flags in place and returns
+them as a VerifyOutput.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 
 import paddle
 
@@ -15,8 +15,9 @@ from specworker.config import SpeculativeConfig
 from specworker.model_executor import ops
 from specworker.model_executor.forward_meta import ForwardMeta
 from specworker.model_executor.layers.sampler import Sampler, SamplerOutput, SamplingMetadata
+from specworker.spec_decode.metadata import VerifyInputs, VerifyOutput
 
-__all__ = ["ReasoningConstraint", "SpeculativeSampler", "VerifyInputs"]
+__all__ = ["ReasoningConstraint", "SpeculativeSampler"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,32 +40,6 @@ class ReasoningConstraint:
         object.__setattr__(self, "allowed_token_ids", ids)
 
 
-@dataclasses.dataclass(slots=True, kw_only=True)
-class VerifyInputs:
-    """The per-slot buffers verification reads and writes (share_inputs entries, never copies)."""
-
-    accept_tokens: paddle.Tensor  # [N, D] int64, written
-    accept_num: paddle.Tensor  # [N] int32, written
-    step_idx: paddle.Tensor  # [N] int64, written
-    stop_flags: paddle.Tensor  # [N] bool, written
-    seq_lens_encoder: paddle.Tensor  # [N] int32
-    seq_lens_decoder: paddle.Tensor  # [N] int32
-    draft_tokens: paddle.Tensor  # [N, D] int64
-    seq_lens_this_time: paddle.Tensor  # [N] int32
-    max_dec_len: paddle.Tensor  # [N] int64
-    eos_token_id: paddle.Tensor  # [E] int64
-    is_block_step: paddle.Tensor  # [N] bool
-    actual_draft_token_nums: paddle.Tensor  # [N] int32
-    top_p: paddle.Tensor  # [N] float32
-    infer_seed: paddle.Tensor  # [N] int64
-    reasoning_status: paddle.Tensor  # [N] int32, written by the reasoning constraint
-    enable_thinking: paddle.Tensor  # [N] bool
-
-    @classmethod
-    def from_share_inputs(cls, share_inputs: Mapping[str, paddle.Tensor]) -> VerifyInputs:
-        return cls(**{f.name: share_inputs[f.name] for f in dataclasses.fields(cls)})
-
-
 class SpeculativeSampler:
     """Samples every logit row, then verifies the drafts.
 
@@ -76,27 +51,43 @@ class SpeculativeSampler:
     """
 
     def __init__(self, spec: SpeculativeConfig, max_model_len: int, output_capacity: int, *,
-                 reasoning: ReasoningConstraint | None = None, place=None):
+                 reasoning: ReasoningConstraint | None = None, place=None, draft_probs: paddle.Tensor | None = None,
+                 debug_checks: bool = False):
+        """draft_probs: the proposer's [N, D - 1, V] buffer of draft distributions (Proposer.draft_probs),
+        read by "rejection"; None: drafts are one-hot. debug_checks: the Sampler checks its metadata every
+        call (WorkerConfig.debug_checks)."""
         self.strategy = spec.verify_strategy if spec.enabled else "greedy"
         self.policy = spec.accept_policy
         self.benchmark_mode = spec.benchmark_mode
         self.candidates_len = spec.max_candidate_len
         self.verify_window = spec.verify_window
         self.max_model_len = max_model_len
-        self.sampler = Sampler()
+        self.sampler = Sampler(debug_checks=debug_checks)
         # Fixed-shape inputs the greedy / target_match / rejection strategies do not read.
         self._ones_scores = paddle.ones([output_capacity, 1], dtype="float32")
         self._ones_lens = paddle.ones([output_capacity], dtype="int32")
         self.reasoning = reasoning
         if reasoning is not None:
             self._allowed = paddle.to_tensor(list(reasoning.allowed_token_ids), dtype="int64", place=place)
+        # The strategy resolved once: what the verify op compares drafts against, and the distributions it
+        # reads (rejection only).
+        self._candidates = self._top_p_candidates if self.strategy == "topp" else self._sampled_tokens
+        self._uses_probs = self.strategy == "rejection"
+        self._draft_probs = draft_probs if self._uses_probs else None
+
+    def _sampled_tokens(self, out: SamplerOutput, meta: ForwardMeta, verify: VerifyInputs):
+        """Each row's one candidate: the token the Sampler drew (score 1)."""
+        return out.sampled_token_ids.reshape([-1, 1]), self._ones_scores, self._ones_lens  # [rows, 1]
+
+    def _top_p_candidates(self, out: SamplerOutput, meta: ForwardMeta, verify: VerifyInputs):
+        cand = ops.top_p_candidates(out.probs, verify.top_p, meta.batch_id_per_token_output,
+                                    self.candidates_len, self.max_model_len)
+        return cand.verify_tokens, cand.verify_scores, cand.actual_candidate_lens
 
     def __call__(self, logits: paddle.Tensor, meta: ForwardMeta, sampling: SamplingMetadata,
-                 verify: VerifyInputs, draft_probs: paddle.Tensor | None = None, all_greedy: bool = False
-                 ) -> SamplerOutput:
-        """Args: logits [output_capacity, V] float32 (rows past T_out ignored); draft_probs
-        [N, D - 1, V] float32 for "rejection" (None: one-hot at each draft); all_greedy: every slot is
-        greedy (host knowledge; skips the draw). Returns the Sampler's output."""
+                 verify: VerifyInputs, all_greedy: bool = False) -> VerifyOutput:
+        """Args: logits [output_capacity, V] float32 (rows past T_out ignored); all_greedy: every slot is
+        greedy (host knowledge; skips the draw). Returns what verification emitted."""
         if self.reasoning is not None:
             ops.reasoning_phase_token_constraint(
                 logits, sampling.pre_ids, verify.stop_flags, verify.seq_lens_this_time, verify.seq_lens_encoder,
@@ -104,12 +95,7 @@ class SpeculativeSampler:
                 meta.cu_seqlens_q_output, verify.enable_thinking, self.reasoning.think_end_id,
                 self.reasoning.line_break_id)
         out = self.sampler(logits, meta, sampling, all_greedy=all_greedy)
-        tokens = out.sampled_token_ids.reshape([-1, 1])  # [rows, 1]
-        scores, candidate_lens = self._ones_scores, self._ones_lens
-        if self.strategy == "topp":
-            cand = ops.top_p_candidates(out.probs, verify.top_p, meta.batch_id_per_token_output,
-                                        self.candidates_len, self.max_model_len)
-            tokens, scores, candidate_lens = cand.verify_tokens, cand.verify_scores, cand.actual_candidate_lens
+        tokens, scores, candidate_lens = self._candidates(out, meta, verify)
         ops.speculate_verify(
             out.sampled_token_ids, verify.accept_tokens, verify.accept_num, verify.step_idx, verify.stop_flags,
             verify.seq_lens_encoder, verify.seq_lens_decoder, verify.draft_tokens, verify.seq_lens_this_time,
@@ -117,9 +103,9 @@ class SpeculativeSampler:
             meta.cu_seqlens_q_output, candidate_lens, verify.actual_draft_token_nums, verify.top_p,
             max_seq_len=self.max_model_len, verify_window=self.verify_window, enable_topp=True,
             benchmark_mode=self.benchmark_mode,
-            target_probs=out.probs if self.strategy == "rejection" else None,
-            draft_probs=draft_probs if self.strategy == "rejection" else None,
+            target_probs=out.probs if self._uses_probs else None, draft_probs=self._draft_probs,
             infer_seed=verify.infer_seed, reasoning_status=verify.reasoning_status,
             verify_strategy=self.strategy, accept_policy=self.policy,
         )
-        return out
+        return VerifyOutput(accept_tokens=verify.accept_tokens, accept_num=verify.accept_num,
+                            stop_flags=verify.stop_flags, step_idx=verify.step_idx, sampler=out)

@@ -17,7 +17,9 @@ import numpy as np
 
 from specworker.config import WorkerConfig
 from specworker.spec_decode.base import Proposer
+from specworker.slot_request import SlotRequest
 from specworker.spec_decode.host_drafts import write_host_drafts
+from specworker.spec_decode.metadata import ProposerInputs, ProposerOutput
 from specworker.spec_decode.suffix_tree import NO_DRAFT, SuffixTree
 
 __all__ = ["SuffixProposer", "SuffixTimes"]
@@ -109,36 +111,38 @@ class SuffixProposer(Proposer):
         while len(self._cached) > self.max_cached:
             self.global_tree.remove(self._cached.popleft())
 
-    # ---- row moves and host writes (between steps) ----
-    def insert(self, slot: int, prompt_token_ids: list[int]) -> None:
-        request = _Request(prompt=list(prompt_token_ids))
+    # ---- row moves (a follower of the target batch) and host writes, between steps ----
+    def followers(self):
+        return (self,)
+
+    def on_insert(self, slot: int, request: SlotRequest) -> None:
+        request = _Request(prompt=list(request.prompt_token_ids))
         self.slots[slot] = request
         self._submit(self._build_tree, request, self.max_depth)  # overlaps the prefill forward
 
     def write_prefill(self, slot: int, prompt_token_ids: list[int], start: int, length: int) -> None:
         self.slots[slot].prefilling = start + length < len(prompt_token_ids)
 
-    def clear_slot(self, slot: int) -> None:
+    def on_clear(self, slot: int) -> None:
         request, self.slots[slot] = self.slots[slot], None
         if request is not None and request.output and self.global_tree is not None:
             self._submit(self._cache_output, request.output)
 
-    def swap_states(self, i: int, j: int) -> None:
+    def on_swap(self, i: int, j: int) -> None:
         self.slots[i], self.slots[j] = self.slots[j], self.slots[i]
 
-    def move_slot(self, src: int, dst: int) -> None:
+    def on_move(self, src: int, dst: int) -> None:
         self.slots[dst], self.slots[src] = self.slots[src], None
 
     # ---- the proposer's part of the step ----
-    def run(self, *, target_hidden, meta, share_inputs) -> None:
+    def run(self, inputs: ProposerInputs) -> ProposerOutput:
         start = time.perf_counter()
         self._wait()
         waited = time.perf_counter() - start
-        si = share_inputs
-        accept_num = si["accept_num_cpu"].numpy()  # host mirrors, refreshed by the step's one copy
-        accept_tokens = si["accept_tokens_cpu"].numpy()
-        stopped = si["stop_flags_cpu"].numpy()
-        paused = si["is_block_step_cpu"].numpy()
+        accept_num = inputs.accept_num_cpu.numpy()  # host mirrors, refreshed by the step's one copy
+        accept_tokens = inputs.accept_tokens_cpu.numpy()
+        stopped = inputs.stop_flags_cpu.numpy()
+        paused = inputs.is_block_step_cpu.numpy()
         drafts, num, idle = self._drafts, self._num, self._idle
         drafts.fill(-1)
         num.fill(0)
@@ -155,10 +159,11 @@ class SuffixProposer(Proposer):
             draft = self._propose(request)
             drafts[slot, :len(draft)] = draft
             num[slot] = len(draft)
-        write_host_drafts(si, drafts, num, idle)
+        write_host_drafts(inputs, drafts, num, idle)
         self.times.runs += 1
         self.times.wait_seconds += waited
         self.times.step_seconds += time.perf_counter() - start
+        return ProposerOutput.of(inputs)
 
     def _propose(self, request: _Request) -> tuple[int, ...]:
         """The higher-scoring of the request's own draft and the global tree's (ties: its own)."""

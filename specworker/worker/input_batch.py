@@ -1,5 +1,6 @@
-"""InputBatch: share_inputs allocated from the buffer table, and the slot-row moves between steps
-(insert, clear, swap, condense, prefill/decode split). Computes nothing per step; reads no device value.
+"""InputBatch: the target's SlotBuffers with the request bookkeeping, and the slot moves between steps
+(insert, clear, swap, condense, prefill/decode split), which its followers follow. Computes nothing per
+step; reads no device value.
 """
 
 from __future__ import annotations
@@ -8,26 +9,24 @@ import logging
 from collections.abc import Sequence
 
 import numpy as np
-import paddle
 
 from specworker.config import MAX_SEED, WorkerConfig
-from specworker.worker.buffers import TARGET_BUFFERS, BufferKind, BufferSpec, buffer_dims, check_table
-from specworker.worker.slot_request import SlotRequest
+from specworker.model_executor.slot_buffers import TARGET_BUFFERS, BufferSpec, SlotBuffers, buffer_dims
+from specworker.slot_request import SlotRequest
 
 __all__ = ["InputBatch", "SlotRequest"]
 
 logger = logging.getLogger(__name__)
 
 
-class InputBatch:
-    """The target batch: `share_inputs` (every TARGET_BUFFERS entry plus `x_cpu` host mirrors) and the
-    host bookkeeping of which request occupies which slot.
+class InputBatch(SlotBuffers):
+    """The target batch: SlotBuffers over TARGET_BUFFERS (`share_inputs`, every entry plus `x_cpu` host
+    mirrors) and the host bookkeeping of which request occupies which slot.
 
-    `layout_version` (a Python int) grows on every insert, clear, swap, condense and reorder (even one
-    that moves nothing), so a ForwardMeta built before it is rejected by `ForwardMeta.require_current`.
-    Row moves loop over the table and name no buffer; the rows a slot leaves (clear, condense) go back
-    to their fills. Methods run between steps and never read a device value: host decisions come from
-    the bookkeeping and the `x_cpu` mirrors.
+    Every insert, clear, swap, condense and reorder (even one that moves nothing) bumps `layout_version`
+    and reaches the followers (the proposer's per-slot state: SlotBuffers.follow) in the same call. Methods
+    run between steps and never read a device value: host decisions come from the bookkeeping and the
+    `x_cpu` mirrors.
     """
 
     def __init__(self, config: WorkerConfig, place, *, vocab_size: int | None = None,
@@ -39,32 +38,17 @@ class InputBatch:
             place: paddle place of the device buffers (paddle.CPUPlace() or paddle.CUDAPlace(i)).
             vocab_size: V for token-id checks; default config.model.vocab_size (None for a checkpoint,
                 whose config.json defines it, so the caller must pass it).
-            table: the buffer declarations (TARGET_BUFFERS; the MTP proposer's DRAFT_BUFFERS; tests extend it).
+            table: the buffer declarations (TARGET_BUFFERS; tests extend it).
             hidden_size: H for tables with hidden_size dims (default config.model.hidden_size).
         """
         self.config = config
-        self.place = place
         self.vocab_size = config.model.vocab_size if vocab_size is None else vocab_size
         if not isinstance(self.vocab_size, int) or self.vocab_size < 1:
             raise ValueError(f"InputBatch vocab_size = {self.vocab_size!r}; allowed: an int >= 1 (pass it when "
                              "model.path is a checkpoint, whose config.json defines it)")
-        self.table = tuple(table)
-        check_table(self.table)
-        self.dims = buffer_dims(config, hidden_size=hidden_size, vocab_size=self.vocab_size)
-        self.num_slots = self.dims["max_num_seqs"]
-        self.share_inputs: dict[str, paddle.Tensor] = {}
-        for spec in self.table:
-            shape, fill = spec.shape(self.dims), spec.fill_value(self.dims)
-            self.share_inputs[spec.name] = paddle.full(shape, fill, dtype=spec.dtype, device=place)
-            if spec.cpu_mirror:
-                # TODO(inputbatch): pinned host memory once the step's async D2H copy lands.
-                self.share_inputs[spec.mirror_name] = paddle.full(shape, fill, dtype=spec.dtype,
-                                                                  device=paddle.CPUPlace())
-        self._specs = {spec.name: spec for spec in self.table}
-        self._slot_specs = tuple(s for s in self.table if s.kind is BufferKind.PER_SLOT)
+        super().__init__(table, buffer_dims(config, hidden_size=hidden_size, vocab_size=self.vocab_size), place)
         self.req_ids: list[str | None] = [None] * self.num_slots
         self.req_id_to_slot: dict[str, int] = {}
-        self.layout_version = 0
         self._num_unseeded = 0
         logger.debug("InputBatch: %d buffers + %d host mirrors for %d slots on %s", len(self.table),
                      sum(s.cpu_mirror for s in self.table), self.num_slots, place)
@@ -79,81 +63,6 @@ class InputBatch:
         if req_id not in self.req_id_to_slot:
             raise KeyError(f"request {req_id!r} is not in the batch")
         return self.req_id_to_slot[req_id]
-
-    def check(self) -> None:
-        """share_inputs holds exactly the table's buffers and mirrors, each with its declared shape and
-        dtype (host metadata only; no device read). Raises ValueError naming the offending key."""
-        expected = {}
-        for spec in self.table:
-            expected[spec.name] = spec
-            if spec.cpu_mirror:
-                expected[spec.mirror_name] = spec
-        undeclared = sorted(set(self.share_inputs) - set(expected))
-        missing = sorted(set(expected) - set(self.share_inputs))
-        if undeclared or missing:
-            raise ValueError(f"share_inputs does not match the buffer table: undeclared {undeclared}, "
-                             f"missing {missing}; declare every buffer in worker/buffers.py")
-        for key, spec in expected.items():
-            t, shape = self.share_inputs[key], spec.shape(self.dims)
-            if list(t.shape) != shape or t.dtype != getattr(paddle, spec.dtype):
-                raise ValueError(f"share_inputs[{key!r}] is {list(t.shape)} {t.dtype}, "
-                                 f"declared {shape} {spec.dtype}")
-
-    def _slot_tensors(self):
-        """Every PER_SLOT tensor (device buffers, then their host mirrors) with its spec."""
-        for spec in self._slot_specs:
-            yield spec, self.share_inputs[spec.name]
-            if spec.cpu_mirror:
-                yield spec, self.share_inputs[spec.mirror_name]
-
-    def _reset_row(self, slot: int) -> None:
-        for spec, t in self._slot_tensors():
-            t[slot] = spec.fill_value(self.dims)
-
-    def _move_row(self, src: int, dst: int) -> None:
-        """Row src -> dst in every PER_SLOT tensor, then src back to its fills (it becomes a hole)."""
-        for _, t in self._slot_tensors():
-            t[dst] = t[src]
-        self._reset_row(src)
-
-    def _swap_rows(self, i: int, j: int) -> None:
-        # t[i] is a view: tuple-swapping views would leave both rows equal, so row i goes through a copy.
-        for _, t in self._slot_tensors():
-            saved = t[i].clone()
-            t[i] = t[j]
-            t[j] = saved
-
-    # Row moves for a batch that follows another one's layout (the proposer's rows follow the target's):
-    # no request bookkeeping, but the same table loop and a layout bump.
-    def swap_rows(self, i: int, j: int) -> None:
-        self._check_slot(i, "swap_rows")
-        self._check_slot(j, "swap_rows")
-        self._swap_rows(i, j)
-        self._bump()
-
-    def move_row(self, src: int, dst: int) -> None:
-        self._check_slot(src, "move_row")
-        self._check_slot(dst, "move_row")
-        self._move_row(src, dst)
-        self._bump()
-
-    def reset_row(self, slot: int) -> None:
-        self._check_slot(slot, "reset_row")
-        self._reset_row(slot)
-        self._bump()
-
-    def _check_slot(self, slot, what: str) -> None:
-        if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < self.num_slots:
-            raise ValueError(f"{what}: slot = {slot!r}; allowed: 0..max_num_seqs - 1 = {self.num_slots - 1}")
-
-    def _bump(self) -> None:
-        self.layout_version += 1
-
-    def _write(self, name: str, index, value) -> None:
-        """share_inputs[name][index] = value, and the same in its host mirror."""
-        self.share_inputs[name][index] = value
-        if self._specs[name].cpu_mirror:
-            self.share_inputs[self._specs[name].mirror_name][index] = value
 
     def insert(self, slot: int, request: SlotRequest) -> None:
         """Writes `request` into the empty `slot`, ready for its prefill (E_b = L_b = prompt length).
@@ -201,33 +110,7 @@ class InputBatch:
                 self._write(name, (slot, slice(0, len(values))), np.asarray(values, dtype=self._specs[name].dtype))
         self.req_ids[slot] = request.req_id
         self.req_id_to_slot[request.req_id] = slot
-        self._bump()
-
-    def write_row(self, slot: int, values: dict) -> None:
-        """Host values -> slot's row of PER_SLOT buffers (device and mirror); uploads only, no read.
-
-        Args:
-            slot: 0..max_num_seqs - 1.
-            values: buffer name -> a scalar, or a 1-D sequence written to the front of the row.
-        Raises:
-            ValueError for an unknown or non-PER_SLOT buffer name, or a row prefix longer than the row.
-        """
-        self._check_slot(slot, "write_row")
-        for name, value in values.items():
-            spec = self._specs.get(name)
-            if spec is None or spec.kind is not BufferKind.PER_SLOT:
-                raise ValueError(f"write_row(slot={slot}): {name!r} is not a PER_SLOT buffer; allowed: "
-                                 + ", ".join(s.name for s in self._slot_specs))
-            if np.ndim(value) == 0:
-                self._write(name, slot, value)
-                continue
-            row = np.asarray(value, dtype=spec.dtype)
-            width = spec.shape(self.dims)[1] if len(spec.dims) > 1 else 0
-            if row.ndim != 1 or len(row) > width:
-                raise ValueError(f"write_row(slot={slot}): {name} gets {row.shape} values; allowed: a 1-D "
-                                 f"prefix of at most {width}")
-            if len(row):
-                self._write(name, (slot, slice(0, len(row))), row)
+        self._moved("on_insert", slot, request)
 
     def _check_request(self, slot: int, request: SlotRequest) -> None:
         """Capacity and id-range checks of insert (host values only)."""
@@ -269,7 +152,7 @@ class InputBatch:
         if req_id is not None:
             self.req_ids[slot] = None
             del self.req_id_to_slot[req_id]
-        self._bump()
+        self._moved("on_clear", slot)
         return req_id
 
     def swap_states(self, i: int, j: int) -> None:
@@ -278,7 +161,7 @@ class InputBatch:
         self._check_slot(j, "swap_states")
         self._swap_rows(i, j)
         self._swap_owners(i, j)
-        self._bump()
+        self._moved("on_swap", i, j)
 
     def _swap_owners(self, i: int, j: int) -> None:
         self.req_ids[i], self.req_ids[j] = self.req_ids[j], self.req_ids[i]  # Python objects: safe to tuple-swap
@@ -300,6 +183,7 @@ class InputBatch:
             req_id = self.req_ids[src]
             self.req_ids[dst], self.req_ids[src] = req_id, None
             self.req_id_to_slot[req_id] = dst
+            self._tell("on_move", src, dst)
             moves.append((src, dst))
         self._bump()
         return moves
@@ -326,6 +210,7 @@ class InputBatch:
                 break
             self._swap_rows(slots[lo], slots[hi])
             self._swap_owners(slots[lo], slots[hi])
+            self._tell("on_swap", slots[lo], slots[hi])
             swaps.append((slots[lo], slots[hi]))
             lo, hi = lo + 1, hi - 1
         self._bump()

@@ -5,9 +5,11 @@ is `_copy_step_outputs_sync`; nothing else in `step()` reads a device value on t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
+import types
 
 import numpy as np
 import paddle
@@ -18,7 +20,8 @@ from specworker.model_executor.layers.logprobs import LogprobsTensors, compute_l
 from specworker.model_executor.layers.sampler import SamplingMetadata
 from specworker.model_executor.pre_and_post_process import gather_logit_rows, pre_process
 from specworker.spec_decode.base import Proposer
-from specworker.spec_decode.speculative_sampler import ReasoningConstraint, SpeculativeSampler, VerifyInputs
+from specworker.spec_decode.metadata import ProposerInputs, VerifyInputs, VerifyOutput
+from specworker.spec_decode.speculative_sampler import ReasoningConstraint, SpeculativeSampler
 from specworker.worker.input_batch import InputBatch, SlotRequest
 
 __all__ = ["ModelRunner", "StepLogprobs", "StepOutput", "STEP_PHASES"]
@@ -50,12 +53,26 @@ class StepOutput:
     seconds: dict  # phase -> host wall seconds (STEP_PHASES; on GPU, launch time unless synchronized)
 
 
+class PhaseTimer:
+    """Host wall seconds per named phase of a step (on GPU: launch time unless synchronized)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        start = time.perf_counter()
+        yield
+        self.seconds[phase] = time.perf_counter() - start
+
+
 class ModelRunner:
     """Owns the InputBatch, the target model with its KV cache, the speculative sampler and the proposer.
 
-    Between steps the engine moves requests in and out (insert / clear_slot / write_prefill / pause);
-    `step()` then runs pre_process -> target forward -> logit rows -> logits -> sample + verify ->
-    host copy -> update -> propose.
+    Between steps the engine moves requests in and out through `input_batch` (insert / clear_slot /
+    swap_states / condense / reorder_split_prefill_and_decode, which the proposer's per-slot state
+    follows) and `write_prefill` / `pause`; `step()` then runs pre_process -> target forward -> logit rows
+    -> logits -> sample + verify -> host copy -> update -> propose.
     """
 
     def __init__(self, config: WorkerConfig, *, model, kv_cache, proposer: Proposer, place, vocab_size: int,
@@ -66,35 +83,35 @@ class ModelRunner:
         self.proposer = proposer
         self.input_batch = InputBatch(config, place, vocab_size=vocab_size)
         self.input_batch.set_eos_token_ids(eos_token_ids)
+        for follower in proposer.followers():
+            self.input_batch.follow(follower)
         self.share_inputs = self.input_batch.share_inputs
-        self.speculative = config.speculative_config.enabled
         self.sampler = SpeculativeSampler(config.speculative_config, config.scheduler.max_model_len,
-                                          config.max_output_token_num, reasoning=reasoning, place=place)
+                                          config.max_output_token_num, reasoning=reasoning, place=place,
+                                          draft_probs=proposer.draft_probs, debug_checks=config.debug_checks)
+        # Typed views of the fixed buffers, built once: the step names fields instead of looking up keys.
+        self._buffers = types.SimpleNamespace(**self.share_inputs)
         self._sampling = SamplingMetadata.from_share_inputs(self.share_inputs)
-        self._verify = VerifyInputs.from_share_inputs(self.share_inputs)
-        self.last_sampler_output = None  # the last step's SamplerOutput (tests and logprob consumers)
+        self._verify_inputs = VerifyInputs.from_share_inputs(self.share_inputs)
+        self._proposer_inputs = ProposerInputs.from_share_inputs(self.share_inputs)
+        self.last_verify_output: VerifyOutput | None = None  # the last step's (tests and logprob consumers)
         self._chunk_next_token: dict[str, int] = {}  # req_id -> next prompt token, for middle chunks
 
     # ---- between steps (host writes only) ----
     def insert(self, slot: int, request: SlotRequest) -> None:
         self.input_batch.insert(slot, request)
-        self.proposer.insert(slot, list(request.prompt_token_ids))
 
     def clear_slot(self, slot: int) -> None:
         self.input_batch.clear_slot(slot)
-        self.proposer.clear_slot(slot)
 
     def swap_states(self, i: int, j: int) -> None:
         self.input_batch.swap_states(i, j)
-        self.proposer.swap_states(i, j)
 
     def condense(self) -> None:
-        for src, dst in self.input_batch.condense():
-            self.proposer.move_slot(src, dst)
+        self.input_batch.condense()
 
     def reorder_split_prefill_and_decode(self) -> None:
-        for i, j in self.input_batch.reorder_split_prefill_and_decode():
-            self.proposer.swap_states(i, j)
+        self.input_batch.reorder_split_prefill_and_decode()
 
     def write_prefill(self, slot: int, prompt_token_ids: list[int], start: int, length: int) -> None:
         """This step prefills prompt[start:start + length] of `slot` (a whole prompt or one chunk).
@@ -125,43 +142,66 @@ class ModelRunner:
         num_logprobs: the most alternatives a request of the batch asked for (None: nobody asked, and no
         logprob is computed).
         """
-        si, seconds, t0 = self.share_inputs, {}, time.perf_counter()
+        timer = PhaseTimer()
+        with timer("pre_process"):
+            meta = self._pre_process(token_num)
+        with timer("target_forward"):
+            hidden, logits = self._target_forward(meta)
+        with timer("sampling_verify"):
+            verified = self._sample_and_verify(logits, meta, all_greedy)
+            logprobs = self._logprobs(verified, meta, num_logprobs)
+            host = self._copy_step_outputs_sync(logprobs)
+            self._restore_chunk_tokens()
+        with timer("update"):
+            self._update_states()
+        with timer("proposer"):
+            meta.require_current(self.input_batch.layout_version, "the proposer")
+            self.proposer.run(self._proposer_inputs.for_step(hidden, meta))
+        return dataclasses.replace(host, seconds=timer.seconds)
+
+    def _pre_process(self, token_num: int):
+        b = self._buffers
         meta = pre_process(
-            input_ids=si["input_ids"], seq_lens_this_time=si["seq_lens_this_time"],
-            seq_lens_encoder=si["seq_lens_encoder"], seq_lens_decoder=si["seq_lens_decoder"],
-            token_num_cpu=max(token_num, 1), draft_tokens=si["draft_tokens"],
-            layout_version=self.input_batch.layout_version, step_buffers=si)
+            input_ids=b.input_ids, seq_lens_this_time=b.seq_lens_this_time, seq_lens_encoder=b.seq_lens_encoder,
+            seq_lens_decoder=b.seq_lens_decoder, token_num_cpu=max(token_num, 1), draft_tokens=b.draft_tokens,
+            layout_version=self.input_batch.layout_version, step_buffers=self.share_inputs)
         if self.config.debug_checks:
             meta.check()
-        t1 = time.perf_counter()
-        hidden = self.model.forward(meta.ids_remove_padding, meta, self.kv_cache, si["block_tables"])
-        logits = self.model.compute_logits(gather_logit_rows(hidden, meta))  # [N * D, V]
-        t2 = time.perf_counter()
+        return meta
+
+    def _target_forward(self, meta):
+        """The target over the packed tokens -> (hidden rows [T, H], logits of the rows needing them [N * D, V])."""
+        hidden = self.model.forward(meta.ids_remove_padding, meta, self.kv_cache, self._buffers.block_tables)
+        return hidden, self.model.compute_logits(gather_logit_rows(hidden, meta))
+
+    def _sample_and_verify(self, logits, meta, all_greedy: bool) -> VerifyOutput:
         meta.require_current(self.input_batch.layout_version, "the speculative sampler")
-        self.last_sampler_output = self.sampler(logits, meta, self._sampling, self._verify,
-                                                draft_probs=getattr(self.proposer, "draft_probs", None),
-                                                all_greedy=all_greedy)
-        logprobs = None
-        if num_logprobs is not None:
-            logprobs = compute_logprobs(self.last_sampler_output.logits, meta.cu_seqlens_q_output,
-                                        si["accept_tokens"], num_logprobs)
-        host = self._copy_step_outputs_sync(logprobs)
+        self.last_verify_output = self.sampler(logits, meta, self._sampling, self._verify_inputs,
+                                               all_greedy=all_greedy)
+        return self.last_verify_output
+
+    @staticmethod
+    def _logprobs(verified: VerifyOutput, meta, num_logprobs: int | None) -> LogprobsTensors | None:
+        if num_logprobs is None:
+            return None
+        return compute_logprobs(verified.sampler.logits, meta.cu_seqlens_q_output, verified.accept_tokens,
+                                num_logprobs)
+
+    def _restore_chunk_tokens(self) -> None:
+        """A middle prefill chunk's emitted token is discarded: the proposer sees the next prompt token."""
         for req_id, token in self._chunk_next_token.items():  # host values -> device: an upload, no read
-            si["accept_tokens"][self.input_batch.slot_of(req_id), 0] = token
+            self._buffers.accept_tokens[self.input_batch.slot_of(req_id), 0] = token
         self._chunk_next_token.clear()
-        t3 = time.perf_counter()
-        ops.speculate_update(si["seq_lens_encoder"], si["seq_lens_decoder"], si["not_need_stop"], si["draft_tokens"],
-                             si["actual_draft_token_nums"], si["accept_tokens"], si["accept_num"], si["stop_flags"],
-                             si["seq_lens_this_time"], si["is_block_step"], si["stop_nums"], si["mask_rollback"])
-        ops.speculate_set_value_by_flags_and_idx(si["pre_ids"], si["accept_tokens"], si["accept_num"],
-                                                 si["stop_flags"], si["seq_lens_this_time"], si["seq_lens_encoder"],
-                                                 si["seq_lens_decoder"], si["step_idx"])
-        t4 = time.perf_counter()
-        meta.require_current(self.input_batch.layout_version, "the proposer")
-        self.proposer.run(target_hidden=hidden, meta=meta, share_inputs=si)
-        t5 = time.perf_counter()
-        seconds.update(zip(STEP_PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)))
-        return dataclasses.replace(host, seconds=seconds)
+
+    def _update_states(self) -> None:
+        """Lengths, stop state and the draft budget (speculate_update), then the history (pre_ids, step_idx)."""
+        b = self._buffers
+        ops.speculate_update(b.seq_lens_encoder, b.seq_lens_decoder, b.not_need_stop, b.draft_tokens,
+                             b.actual_draft_token_nums, b.accept_tokens, b.accept_num, b.stop_flags,
+                             b.seq_lens_this_time, b.is_block_step, b.stop_nums, b.mask_rollback)
+        ops.speculate_set_value_by_flags_and_idx(b.pre_ids, b.accept_tokens, b.accept_num, b.stop_flags,
+                                                 b.seq_lens_this_time, b.seq_lens_encoder, b.seq_lens_decoder,
+                                                 b.step_idx)
 
     def _copy_step_outputs_sync(self, logprobs: LogprobsTensors | None = None) -> StepOutput:
         """The step's one device-to-host copy: accept_tokens, accept_num, stop_flags and the step's

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from specworker.spec_decode.base import Proposer
+from specworker.spec_decode.metadata import ProposerOutput
 
 
 class OracleProposer(Proposer):
@@ -17,30 +18,34 @@ class OracleProposer(Proposer):
         self.adversarial = adversarial
         self.slots: dict[int, dict] = {}  # slot -> {"ref", "count", "prefilling"}
 
-    def insert(self, slot, prompt_token_ids):
-        self.slots[slot] = {"ref": self.continuations[tuple(prompt_token_ids)], "count": 0, "prefilling": True}
+    def followers(self):
+        return (self,)
+
+    def on_insert(self, slot, request):
+        ref = self.continuations[tuple(request.prompt_token_ids)]
+        self.slots[slot] = {"ref": ref, "count": 0, "prefilling": True}
 
     def write_prefill(self, slot, prompt_token_ids, start, length):
         self.slots[slot]["prefilling"] = start + length < len(prompt_token_ids)  # a middle chunk
 
-    def clear_slot(self, slot):
+    def on_clear(self, slot):
         self.slots.pop(slot, None)
 
-    def swap_states(self, i, j):
+    def on_swap(self, i, j):
         a, b = self.slots.pop(i, None), self.slots.pop(j, None)
         if a is not None:
             self.slots[j] = a
         if b is not None:
             self.slots[i] = b
 
-    def move_slot(self, src, dst):
+    def on_move(self, src, dst):
         if src in self.slots:
             self.slots[dst] = self.slots.pop(src)
 
-    def run(self, *, target_hidden, meta, share_inputs):
-        accept_num = share_inputs["accept_num_cpu"].numpy()  # host mirrors, filled by the step's copy
-        stopped = share_inputs["stop_flags_cpu"].numpy()
-        width = share_inputs["draft_tokens"].shape[1]
+    def run(self, inputs):
+        accept_num = inputs.accept_num_cpu.numpy()  # host mirrors, filled by the step's copy
+        stopped = inputs.stop_flags_cpu.numpy()
+        width = inputs.draft_tokens.shape[1]
         for slot, state in self.slots.items():
             if state["prefilling"]:
                 continue
@@ -51,5 +56,6 @@ class OracleProposer(Proposer):
                 drafts = [(t + 1) % 256 for t in drafts]
             row = np.full([width - 1], -1, dtype=np.int64)
             row[:len(drafts)] = drafts
-            share_inputs["draft_tokens"][slot, 1:] = row
-            share_inputs["seq_lens_this_time"][slot] = 0 if stopped[slot] else 1 + len(drafts)
+            inputs.draft_tokens[slot, 1:] = row
+            inputs.seq_lens_this_time[slot] = 0 if stopped[slot] else 1 + len(drafts)
+        return ProposerOutput.of(inputs)

@@ -5,10 +5,11 @@ import numpy as np
 import paddle
 import pytest
 
+from specworker.spec_decode.metadata import ProposerInputs
 from specworker.spec_decode.ngram_proposer import NgramProposer
 from specworker.worker.input_batch import InputBatch
 from specworker.worker.model_loading import build_model_and_proposer
-from specworker.worker.slot_request import SlotRequest
+from specworker.slot_request import SlotRequest
 from tests.worker.worker_harness import make_config
 
 CPU = paddle.CPUPlace()
@@ -36,7 +37,7 @@ def _batch_with(slots: dict) -> InputBatch:
 
 
 def _run(batch) -> None:
-    NgramProposer(batch.config.speculative_config).run(target_hidden=None, meta=None, share_inputs=batch.share_inputs)
+    NgramProposer(batch.config.speculative_config).run(ProposerInputs.from_share_inputs(batch.share_inputs))
 
 
 def _assert_drafts(batch, slots: dict):

@@ -6,10 +6,11 @@ import numpy as np
 import paddle
 import pytest
 
+from specworker.spec_decode.metadata import ProposerInputs
 from specworker.spec_decode.suffix_proposer import SuffixProposer
 from specworker.worker.input_batch import InputBatch
 from specworker.worker.model_loading import build_model_and_proposer
-from specworker.worker.slot_request import SlotRequest
+from specworker.slot_request import SlotRequest
 from tests.worker.worker_harness import make_config
 
 CPU = paddle.CPUPlace()
@@ -23,16 +24,17 @@ DRAFTS = {"a": [8, 9, 5], "b": [3, 4], "c": []}
 
 
 class Setup:
-    """An InputBatch and a SuffixProposer moved together, as the ModelRunner moves them."""
+    """An InputBatch and a SuffixProposer that follows it, as the ModelRunner wires them."""
 
     def __init__(self, k=3, **suffix):
         self.config = make_config("suffix", k=k, suffix=suffix)
         self.batch = InputBatch(self.config, CPU)
         self.proposer = SuffixProposer(self.config)
+        for follower in self.proposer.followers():
+            self.batch.follow(follower)
 
     def admit(self, slot, req_id, prompt, max_tokens=20):
         self.batch.insert(slot, SlotRequest(req_id=req_id, prompt_token_ids=prompt, max_tokens=max_tokens))
-        self.proposer.insert(slot, prompt)
 
     def prefill(self, slot, prompt, start, length):
         self.batch.write_row(slot, {"seq_lens_this_time": length, "seq_lens_encoder": length})
@@ -45,17 +47,15 @@ class Setup:
                                     "seq_lens_encoder": 0, "step_idx": int(row)})
 
     def run(self):
-        self.proposer.run(target_hidden=None, meta=None, share_inputs=self.batch.share_inputs)
+        self.proposer.run(ProposerInputs.from_share_inputs(self.batch.share_inputs))
         si = self.batch.share_inputs
         return si["draft_tokens"].numpy()[:, 1:], si["seq_lens_this_time"].numpy()
 
     def swap(self, i, j):
         self.batch.swap_states(i, j)
-        self.proposer.swap_states(i, j)
 
     def condense(self):
-        for src, dst in self.batch.condense():
-            self.proposer.move_slot(src, dst)
+        self.batch.condense()
 
 
 def _start(setup, slots):
@@ -130,7 +130,6 @@ def _finish(setup, slot, req_id, prompt, output):
         setup.emitted(slot, [t])
         setup.run()
     setup.batch.clear_slot(slot)
-    setup.proposer.clear_slot(slot)
 
 
 @pytest.mark.parametrize("max_cached, want", [(0, []), (2, [63, 64])])

@@ -10,8 +10,8 @@ import numpy as np
 import paddle
 
 from specworker.config import config_from_dict
-from specworker.worker.buffers import BufferKind
-from specworker.worker.slot_request import SlotRequest
+from specworker.model_executor.slot_buffers import BufferKind
+from specworker.slot_request import SlotRequest
 
 # name -> (max_num_seqs, max_model_len, k); awkward sizes: odd N, k = 0 (D = 1), a wide batch.
 CONFIGS = {"mtp_n5_k2": (5, 12, 2), "none_n3": (3, 9, 0), "mtp_n17_k5": (17, 20, 5)}

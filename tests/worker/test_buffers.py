@@ -10,7 +10,7 @@ import pytest
 from specworker.config import BUILTIN_TARGETS
 
 from specworker.model_executor import ops
-from specworker.worker.buffers import (DIM_NAMES, TARGET_BUFFERS, BufferKind, BufferSpec, buffer_dims,
+from specworker.model_executor.slot_buffers import (DIM_NAMES, TARGET_BUFFERS, BufferKind, BufferSpec, buffer_dims,
                                        check_table)
 from tests.worker.slot_patterns import make_config
 

@@ -16,7 +16,7 @@ from specworker.config import config_from_dict
 from specworker.model_executor.forward_meta import StaleForwardMetaError
 from specworker.model_executor import ops
 from specworker.model_executor.pre_and_post_process import pre_process
-from specworker.worker.buffers import TARGET_BUFFERS, BufferKind, BufferSpec
+from specworker.model_executor.slot_buffers import TARGET_BUFFERS, BufferKind, BufferSpec
 from specworker.worker.input_batch import InputBatch
 from tests.sync_guard import HostReadError, forbid_host_reads
 from tests.worker.slot_patterns import (CONFIGS, assert_share_inputs, expected_per_slot, is_decode_origin,

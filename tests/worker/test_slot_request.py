@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specworker.worker.slot_request import SlotRequest
+from specworker.slot_request import SlotRequest
 
 BAD = {
     "empty_req_id": (dict(req_id=""), ValueError, "SlotRequest.req_id = ''; allowed: a non-empty str"),

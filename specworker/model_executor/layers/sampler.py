@@ -27,7 +27,7 @@ _INT_FIELDS = ("top_k", "infer_seed", "step_idx", "bad_tokens_len", "min_dec_len
 
 @dataclasses.dataclass(slots=True, kw_only=True)
 class SamplingMetadata:
-    """The per-slot share_inputs buffers the sampler reads (names as in worker/buffers.py)."""
+    """The per-slot share_inputs buffers the sampler reads (names as in model_executor/slot_buffers.py)."""
 
     temperature: paddle.Tensor  # [N] float32, < GREEDY_TEMPERATURE: greedy
     top_p: paddle.Tensor  # [N] float32 in (0, 1]

@@ -1,24 +1,30 @@
-"""The share_inputs buffer table: every buffer of the target batch declared once (name, symbolic dims,
-dtype, fill, kind, host mirror, doc). It owns no tensors; input_batch.py allocates and moves them.
+"""Slot buffers: the share_inputs buffer table (every buffer of the target batch declared once: name, symbolic
+dims, dtype, fill, kind, host mirror, doc) and SlotBuffers, which allocates a table's tensors and moves their
+rows between steps. A batch that must stay row-aligned with another one (the MTP draft batch, a proposer's
+per-slot host state) follows it: every insert, clear, swap and move of the leader reaches its followers through
+one path, and followers share the leader's layout_version.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
-from specworker.config import WorkerConfig
+import numpy as np
+import paddle
 
-__all__ = ["BufferKind", "BufferSpec", "DIM_NAMES", "DTYPES", "MAX_BAD_WORDS", "MAX_STOP_TOKENS", "MIRROR_SUFFIX",
-           "NO_BLOCK", "NO_SLOT", "NO_TOKEN", "TARGET_BUFFERS", "buffer_dims", "check_table"]
+from specworker.config import MAX_BAD_WORDS, MAX_STOP_TOKENS, WorkerConfig
+from specworker.slot_request import SlotRequest
+
+__all__ = ["BufferKind", "BufferSpec", "DIM_NAMES", "DTYPES", "MIRROR_SUFFIX", "NO_BLOCK", "NO_SLOT", "NO_TOKEN",
+           "SlotBuffers", "SlotFollower", "TARGET_BUFFERS", "buffer_dims", "check_table"]
 
 NO_TOKEN = -1  # "no token" in token-id buffers (docs/spec.md §1)
 NO_SLOT = -1  # "no slot" in batch-id buffers
 NO_BLOCK = -1  # unused block_tables entry
-MAX_BAD_WORDS = 64  # W, bad-word ids per request (FastDeploy sizes bad_tokens [N, V]; a cap costs N * W, not N * V)
-MAX_STOP_TOKENS = 8  # E, capacity of eos_token_id; unused entries are NO_TOKEN, which no op matches
-MIRROR_SUFFIX = "_cpu"  # x_cpu is the host mirror of x (STYLE §2.4)
+MIRROR_SUFFIX = "_cpu"  # x_cpu is the host mirror of x (docs/spec.md §3)
 DTYPES = ("bool", "int32", "int64", "float32")
 
 # Symbolic dims and what they resolve to (buffer_dims). A literal int is allowed only as the [1] of a
@@ -160,6 +166,180 @@ def check_table(table: tuple[BufferSpec, ...]) -> None:
             if key in seen:
                 raise ValueError(f"buffer table declares {key!r} twice")
             seen.add(key)
+
+
+class SlotFollower(Protocol):
+    """Per-slot state kept row-aligned with a leading SlotBuffers (SlotBuffers.follow). Each hook runs after
+    the leader applied the move to its own rows, between steps; none may read a device value."""
+
+    def on_insert(self, slot: int, request: SlotRequest) -> None:
+        """`request` entered the empty `slot` (its prefill is next)."""
+
+    def on_clear(self, slot: int) -> None:
+        """The request in `slot` left; the slot is empty."""
+
+    def on_swap(self, i: int, j: int) -> None:
+        """Slots i and j exchanged their requests."""
+
+    def on_move(self, src: int, dst: int) -> None:
+        """The request in `src` moved to the empty slot `dst`; `src` is empty."""
+
+
+class SlotBuffers:
+    """The tensors of a buffer table on one place (`share_inputs`: every table entry plus `x_cpu` host mirrors)
+    and their row moves. Row moves loop over the table and name no buffer; a row a slot leaves goes back
+    to its fills.
+
+    `layout_version` (a Python int) grows on every row move (even one that moves nothing), so a ForwardMeta
+    built before it is rejected by `ForwardMeta.require_current`. A SlotBuffers that follows another one
+    (`leader.follow(self)`) moves its rows through the SlotFollower hooks and reports the leader's version.
+    """
+
+    def __init__(self, table: Sequence[BufferSpec], dims: Mapping[str, int], place):
+        """Allocates every buffer of `table` on `place` (mirrors on the host), shaped by `dims` (buffer_dims)."""
+        self.place = place
+        self.table = tuple(table)
+        check_table(self.table)
+        self.dims = dict(dims)
+        self.num_slots = self.dims["max_num_seqs"]
+        self.share_inputs: dict[str, paddle.Tensor] = {}
+        for spec in self.table:
+            shape, fill = spec.shape(self.dims), spec.fill_value(self.dims)
+            self.share_inputs[spec.name] = paddle.full(shape, fill, dtype=spec.dtype, device=place)
+            if spec.cpu_mirror:
+                # TODO(inputbatch): pinned host memory once the step's async D2H copy lands.
+                self.share_inputs[spec.mirror_name] = paddle.full(shape, fill, dtype=spec.dtype,
+                                                                  device=paddle.CPUPlace())
+        self._specs = {spec.name: spec for spec in self.table}
+        self._slot_specs = tuple(s for s in self.table if s.kind is BufferKind.PER_SLOT)
+        self._followers: list[SlotFollower] = []
+        self._leader: SlotBuffers | None = None
+        self._layout_version = 0
+
+    # ---- followers ----
+    def follow(self, follower: SlotFollower) -> None:
+        """`follower` receives every later insert / clear / swap / move of this batch's slots."""
+        if follower is self:
+            raise ValueError("follow: a batch cannot follow itself")
+        if any(f is follower for f in self._followers):
+            raise ValueError(f"follow: this {type(follower).__name__} already follows this batch")
+        self._followers.append(follower)
+        if isinstance(follower, SlotBuffers):
+            follower._leader = self
+
+    @property
+    def layout_version(self) -> int:
+        return self._leader.layout_version if self._leader is not None else self._layout_version
+
+    def _moved(self, hook: str, *args) -> None:
+        """After a row move of this batch: the same move for every follower, then a version bump."""
+        self._tell(hook, *args)
+        self._bump()
+
+    def _tell(self, hook: str, *args) -> None:
+        for follower in self._followers:
+            getattr(follower, hook)(*args)
+
+    def _bump(self) -> None:
+        self._layout_version += 1
+
+    # SlotFollower: a following SlotBuffers applies the leader's moves to its own rows.
+    def on_insert(self, slot: int, request: SlotRequest) -> None:
+        self._reset_row(slot)
+        self._moved("on_insert", slot, request)
+
+    def on_clear(self, slot: int) -> None:
+        self._reset_row(slot)
+        self._moved("on_clear", slot)
+
+    def on_swap(self, i: int, j: int) -> None:
+        self._swap_rows(i, j)
+        self._moved("on_swap", i, j)
+
+    def on_move(self, src: int, dst: int) -> None:
+        self._move_row(src, dst)
+        self._moved("on_move", src, dst)
+
+    # ---- checks and host writes ----
+    def check(self) -> None:
+        """share_inputs holds exactly the table's buffers and mirrors, each with its declared shape and
+        dtype (host metadata only; no device read). Raises ValueError naming the offending key."""
+        expected = {}
+        for spec in self.table:
+            expected[spec.name] = spec
+            if spec.cpu_mirror:
+                expected[spec.mirror_name] = spec
+        undeclared = sorted(set(self.share_inputs) - set(expected))
+        missing = sorted(set(expected) - set(self.share_inputs))
+        if undeclared or missing:
+            raise ValueError(f"share_inputs does not match the buffer table: undeclared {undeclared}, "
+                             f"missing {missing}; declare every buffer in model_executor/slot_buffers.py")
+        for key, spec in expected.items():
+            t, shape = self.share_inputs[key], spec.shape(self.dims)
+            if list(t.shape) != shape or t.dtype != getattr(paddle, spec.dtype):
+                raise ValueError(f"share_inputs[{key!r}] is {list(t.shape)} {t.dtype}, "
+                                 f"declared {shape} {spec.dtype}")
+
+    def _check_slot(self, slot, what: str) -> None:
+        if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < self.num_slots:
+            raise ValueError(f"{what}: slot = {slot!r}; allowed: 0..max_num_seqs - 1 = {self.num_slots - 1}")
+
+    def _write(self, name: str, index, value) -> None:
+        """share_inputs[name][index] = value, and the same in its host mirror."""
+        self.share_inputs[name][index] = value
+        if self._specs[name].cpu_mirror:
+            self.share_inputs[self._specs[name].mirror_name][index] = value
+
+    def write_row(self, slot: int, values: dict) -> None:
+        """Host values -> slot's row of PER_SLOT buffers (device and mirror); uploads only, no read.
+
+        Args:
+            slot: 0..max_num_seqs - 1.
+            values: buffer name -> a scalar, or a 1-D sequence written to the front of the row.
+        Raises:
+            ValueError for an unknown or non-PER_SLOT buffer name, or a row prefix longer than the row.
+        """
+        self._check_slot(slot, "write_row")
+        for name, value in values.items():
+            spec = self._specs.get(name)
+            if spec is None or spec.kind is not BufferKind.PER_SLOT:
+                raise ValueError(f"write_row(slot={slot}): {name!r} is not a PER_SLOT buffer; allowed: "
+                                 + ", ".join(s.name for s in self._slot_specs))
+            if np.ndim(value) == 0:
+                self._write(name, slot, value)
+                continue
+            row = np.asarray(value, dtype=spec.dtype)
+            width = spec.shape(self.dims)[1] if len(spec.dims) > 1 else 0
+            if row.ndim != 1 or len(row) > width:
+                raise ValueError(f"write_row(slot={slot}): {name} gets {row.shape} values; allowed: a 1-D "
+                                 f"prefix of at most {width}")
+            if len(row):
+                self._write(name, (slot, slice(0, len(row))), row)
+
+    # ---- the row primitives (no bump, no followers: callers do both through _moved) ----
+    def _slot_tensors(self):
+        """Every PER_SLOT tensor (device buffers, then their host mirrors) with its spec."""
+        for spec in self._slot_specs:
+            yield spec, self.share_inputs[spec.name]
+            if spec.cpu_mirror:
+                yield spec, self.share_inputs[spec.mirror_name]
+
+    def _reset_row(self, slot: int) -> None:
+        for spec, t in self._slot_tensors():
+            t[slot] = spec.fill_value(self.dims)
+
+    def _move_row(self, src: int, dst: int) -> None:
+        """Row src -> dst in every PER_SLOT tensor, then src back to its fills (it becomes a hole)."""
+        for _, t in self._slot_tensors():
+            t[dst] = t[src]
+        self._reset_row(src)
+
+    def _swap_rows(self, i: int, j: int) -> None:
+        # t[i] is a view: tuple-swapping views would leave both rows equal, so row i goes through a copy.
+        for _, t in self._slot_tensors():
+            saved = t[i].clone()
+            t[i] = t[j]
+            t[j] = saved
 
 
 _K = BufferKind
