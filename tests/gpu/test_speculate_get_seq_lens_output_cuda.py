@@ -1,4 +1,3 @@
-import ctypes
 
 import numpy as np
 import pytest
@@ -8,8 +7,7 @@ from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from tests.reference.speculate_get_seq_lens_output import ref_speculate_get_seq_lens_output
 
 cp = require_gpu()
-_P = ctypes.c_void_p
-launch = launcher("specworker_speculate_get_seq_lens_output_launch", [_P, _P, ctypes.c_int, _P, _P])
+launch = launcher("specworker_speculate_get_seq_lens_output_launch")
 
 CANARY = -7
 GUARD = 64
