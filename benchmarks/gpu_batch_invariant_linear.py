@@ -1,7 +1,7 @@
 """batch_invariant_linear on the GPU against cuBLAS (cupy.matmul), and whether cuBLAS is batch
 invariant on the same inputs.
 
-Runs on a GPU machine with nvcc + CuPy (no Paddle): the kernels are built by tests/gpu/harness.py.
+Runs on a GPU machine with nvcc + CuPy (no Paddle): the kernels are built by kernel_harness.
     python3 benchmarks/gpu_batch_invariant_linear.py [--out benchmarks/results/gpu_batch_invariant_linear.json]
 
 Per shape: our kernel is checked bit for bit against the documented float32 order (first rows),
@@ -13,7 +13,6 @@ for cuBLAS (ours is 0 by construction and checked).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import platform
 import sys
@@ -22,11 +21,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.timing import launcher as _fn, stream_ptr, time_events, time_graph  # noqa: E402
-from tests.gpu.harness import ptr, require_gpu  # noqa: E402
+from benchmarks.timing import stream_ptr, time_events, time_graph  # noqa: E402
+from kernel_harness import ptr, raw_launcher, require_gpu_or_exit  # noqa: E402
 from tests.reference.batch_invariant_linear import ref_batch_invariant_linear_fp32_order  # noqa: E402
 
-P, I = ctypes.c_void_p, ctypes.c_int
 # tiny model: decode / verify lm_head, prefill MLP; then a 7B-sized projection for scale.
 SHAPES = [(1, 128, 259), (4, 128, 259), (64, 128, 384), (64, 384, 128), (2048, 128, 384), (4096, 4096, 4096)]
 
@@ -73,8 +71,8 @@ def main():
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "gpu_batch_invariant_linear.json"))
     parser.add_argument("--iters", type=int, default=200)
     args = parser.parse_args()
-    cp = require_gpu()
-    launch = _fn("specworker_batch_invariant_linear_launch", [P, P, P, P, I, I, I, P])
+    cp = require_gpu_or_exit()
+    launch = raw_launcher("specworker_batch_invariant_linear_launch")
     rows = []
     for M, K, N in SHAPES:
         row = bench(cp, launch, M, K, N, args.iters if M * K * N < 1e9 else 20)

@@ -2,7 +2,7 @@
 (both are capturable because nothing syncs), and the hidden-state gather's bandwidth against a
 same-run device copy of the same bytes.
 
-Runs on a GPU machine with nvcc + CuPy (no Paddle): the kernels are built by tests/gpu/harness.py.
+Runs on a GPU machine with nvcc + CuPy (no Paddle): the kernels are built by kernel_harness.
     python3 benchmarks/gpu_draft_model_ops.py [--out benchmarks/results/gpu_draft_model_ops.json]
 
 Rounds come from tests/mtp_cases.make_round_state (decode-only with k = 1 and 3, and a mix with
@@ -14,7 +14,6 @@ gather (to size the output); ours sizes the output from the bound T and keeps th
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import platform
 import sys
@@ -23,21 +22,18 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.timing import launcher as _fn, stream_ptr, time_events, time_graph  # noqa: E402
-from tests.gpu.harness import ptr, require_gpu  # noqa: E402
+from benchmarks.timing import stream_ptr, time_events, time_graph  # noqa: E402
+from kernel_harness import ptr, raw_launcher, require_gpu_or_exit  # noqa: E402
 from tests.mtp_cases import make_round_state  # noqa: E402
 from tests.reference.draft_model_preprocess import ref_draft_model_preprocess  # noqa: E402
 from tests.reference.eagle_get_hidden_states import ref_eagle_get_hidden_states  # noqa: E402
 
-P = ctypes.c_void_p
-I = ctypes.c_int
 ROW_BUFFERS = ("draft_tokens", "input_ids", "pre_ids", "accept_tokens", "target_model_draft_tokens")
 
 
 def bench_round(cp, bsz, kind, k, hidden, iters):
-    pre = _fn("specworker_draft_model_preprocess_launch",
-              [P, I, P, I, P, P, P, P, P, P, P, I, P, I, P, P, P, P, P, P, I, P, I, I, I, I, P])
-    gather = _fn("specworker_eagle_get_hidden_states_launch", [P, I, I, I, P, P, P, P, I, P, P, I, P, P])
+    pre = raw_launcher("specworker_draft_model_preprocess_launch")
+    gather = raw_launcher("specworker_eagle_get_hidden_states_launch")
     st = make_round_state(np.random.default_rng(bsz * 10 + k), bsz, kind, max_model_len=64, num_draft=k)
     post = ref_draft_model_preprocess(st, 1)
     d = {name: cp.asarray(v) for name, v in st.items() if v is not None}
@@ -96,7 +92,7 @@ def main():
     parser.add_argument("--iters", type=int, default=500)
     parser.add_argument("--hidden", type=int, default=7168)
     args = parser.parse_args()
-    cp = require_gpu()
+    cp = require_gpu_or_exit()
     rows = [bench_round(cp, bsz, kind, k, args.hidden, args.iters)
             for bsz in (64, 256, 1024, 5000) for kind, k in (("all_decode", 1), ("all_decode", 3), ("mixed", 3))]
     result = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "host": platform.node(), "rows": rows}

@@ -2,7 +2,7 @@
 FastDeploy-style (not_need_stop round-tripped through the host after every substep, as its [A]/[B]
 binding does with a blocking copy) against ours (not_need_stop stays on the device, no sync).
 
-Runs on a GPU machine with nvcc + CuPy (no Paddle): the kernels are built by tests/gpu/harness.py.
+Runs on a GPU machine with nvcc + CuPy (no Paddle): the kernels are built by kernel_harness.
     python3 benchmarks/gpu_draft_model_update.py [--out benchmarks/results/gpu_draft_model_update.json]
 
 Both variants run the same launches on the same state (the state update is idempotent enough for
@@ -13,7 +13,6 @@ in a CUDA graph, which is possible only because nothing in the round syncs.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import platform
 import sys
@@ -23,16 +22,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests import draft_cases as dc  # noqa: E402
-from benchmarks.timing import launcher as _fn, stream_ptr, time_events, time_graph  # noqa: E402
-from tests.gpu.harness import ptr, require_gpu  # noqa: E402
+from benchmarks.timing import stream_ptr, time_events, time_graph  # noqa: E402
+from kernel_harness import ptr, raw_launcher, require_gpu_or_exit  # noqa: E402
 from tests.reference.draft_model_update import STATE_KEYS  # noqa: E402
 
-P, I = ctypes.c_void_p, ctypes.c_int
 
 
 def bench_round(cp, bsz, k, iters):
-    upd = _fn("specworker_draft_model_update_launch", [P, I, P, I, P, I, P, P, P, P, P, P, P, P, P, I, I, I, P])
-    post = _fn("specworker_draft_model_postprocess_launch", [P, I, P, P, P, P, I, P])
+    upd = raw_launcher("specworker_draft_model_update_launch")
+    post = raw_launcher("specworker_draft_model_postprocess_launch")
     state, args = dc.make_update_case(np.random.default_rng(bsz), bsz, "mixed", 0, k=k, S=256)
     d = {key: cp.asarray(state[key]) for key in STATE_KEYS}
     d_tokens, d_cu = cp.asarray(args["inter_next_tokens"]), cp.asarray(args["cu_seqlens_q_output"])
@@ -80,7 +78,7 @@ def main():
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "gpu_draft_model_update.json"))
     parser.add_argument("--iters", type=int, default=2000)
     args = parser.parse_args()
-    cp = require_gpu()
+    cp = require_gpu_or_exit()
     rows = [bench_round(cp, bsz, k, args.iters) for bsz in (1, 64, 256, 1024, 5000) for k in (1, 3)]
     result = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "host": platform.node(),
               "draft_round": rows}

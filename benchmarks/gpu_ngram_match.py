@@ -4,7 +4,7 @@ the same lookup (sliding-window compares over every slot's padded history, no ho
     python benchmarks/gpu_ngram_match.py                        # B=256, history 8k, k=3, n 3..1
     python benchmarks/gpu_ngram_match.py --out /tmp/n.json --iters 50 --runs 3
 
-Needs a CUDA GPU, nvcc, CuPy (the kernels are built by tests/gpu/harness.py) and PyTorch; no Paddle.
+Needs a CUDA GPU, nvcc, CuPy (the kernels are built by kernel_harness) and PyTorch; no Paddle.
 Every configuration first checks that our draft_tokens / seq_lens_this_time equal the PyTorch composite's
 on every slot and the numpy reference's (tests/reference/ngram_match.py) on --ref-slots slots; a mismatch
 exits with status 1 before anything is timed. The op is idempotent on decode slots (it reads no output
@@ -110,12 +110,10 @@ ARGS = ("input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num", 
 
 def our_launcher(torch, x: dict, max_n: int, min_n: int, max_draft: int):
     """A no-argument closure launching our kernel in place on x (no paused-slot input)."""
-    from tests.gpu.harness import kernels_lib  # builds every kernel with nvcc (needs CuPy for the arch)
+    from kernel_harness import raw_launcher  # builds every kernel with nvcc (needs CuPy for the arch)
 
-    fn = getattr(kernels_lib(), LAUNCHER)
-    P, I = ctypes.c_void_p, ctypes.c_int
-    fn.argtypes = [P] * 11 + [I] * 7 + [P]
-    fn.restype = ctypes.c_int
+    fn = raw_launcher(LAUNCHER)
+    P = ctypes.c_void_p
     for n in ARGS:
         assert x[n].is_contiguous(), f"{n} must be contiguous"
     ptrs = [P(x[n].data_ptr()) for n in ARGS] + [P(0)]
@@ -284,7 +282,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("gpu_ngram_match: no CUDA GPU visible to PyTorch", file=sys.stderr)
         return 2
-    from tests.gpu.harness import gpu_unavailable_reason
+    from kernel_harness import gpu_unavailable_reason
 
     reason = gpu_unavailable_reason()
     if reason is not None:

@@ -4,7 +4,7 @@ of the same math vs a device-to-device copy of the logits (the bandwidth ceiling
     python benchmarks/gpu_penalty.py                       # V=151936, 256 slots x 4 rows, fp32 + bf16
     python benchmarks/gpu_penalty.py --out /tmp/p.json --iters 100 --runs 7
 
-Needs a CUDA GPU, nvcc, CuPy (the kernels are built by tests/gpu/harness.py) and PyTorch; no
+Needs a CUDA GPU, nvcc, CuPy (the kernels are built by kernel_harness) and PyTorch; no
 Paddle. Every configuration first checks that our output equals the PyTorch composite (float32:
 bit-exact expected, 1e-6 relative accepted; bfloat16: within 1.6e-2, since our kernel rounds
 between phases) and, for a few rows, the numpy reference; a mismatch exits with status 1
@@ -131,12 +131,10 @@ def make_inputs(torch, cfg: dict, seed: int) -> dict:
 
 def our_launcher(torch, inputs: dict):
     """A no-argument closure launching our kernel on the inputs (in place on inputs['logits'])."""
-    from tests.gpu.harness import kernels_lib  # builds every kernel with nvcc (needs CuPy for the arch)
+    from kernel_harness import raw_launcher  # builds every kernel with nvcc (needs CuPy for the arch)
 
-    fn = getattr(kernels_lib(), LAUNCHER)
-    P, I = ctypes.c_void_p, ctypes.c_int
-    fn.argtypes = [P, P, I] + [P] * 12 + [I] * 7 + [P]
-    fn.restype = ctypes.c_int
+    fn = raw_launcher(LAUNCHER)
+    P = ctypes.c_void_p
     x = inputs
     logits = x["logits"]
     drafts = x["draft_tokens"]
@@ -365,7 +363,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("gpu_penalty: no CUDA GPU visible to PyTorch", file=sys.stderr)
         return 2
-    from tests.gpu.harness import gpu_unavailable_reason
+    from kernel_harness import gpu_unavailable_reason
 
     reason = gpu_unavailable_reason()
     if reason is not None:

@@ -1,7 +1,7 @@
 """pre_process on the GPU: the refactor's path (with its blocking read of the output count)
 against ours (no sync), and rebuild_padding's bandwidth against a same-run device copy.
 
-Runs on a GPU machine with nvcc + CuPy (no Paddle): the kernels are built by tests/gpu/harness.py.
+Runs on a GPU machine with nvcc + CuPy (no Paddle): the kernels are built by kernel_harness.
     python3 benchmarks/gpu_pre_process.py [--out benchmarks/results/gpu_pre_process.json]
 
 (a) refactor ("[MTP] refactor MTP pre_process"): get_padding_offset (input side),
@@ -18,7 +18,6 @@ bit-equal to (b)'s before timing.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import platform
 import sys
@@ -28,18 +27,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.cases import make_step_batch  # noqa: E402
-from benchmarks.timing import launcher as _fn, stream_ptr, time_events, time_graph  # noqa: E402
-from tests.gpu.harness import ptr, require_gpu  # noqa: E402
+from benchmarks.timing import stream_ptr, time_events, time_graph  # noqa: E402
+from kernel_harness import ptr, raw_launcher, require_gpu_or_exit  # noqa: E402
 
-P = ctypes.c_void_p
-I = ctypes.c_int
 
 
 def bench_pre_process(cp, bsz, k, iters):
-    gpo = _fn("specworker_get_padding_offset_launch",
-              [P, I, P, P, I, P, I, I, P, P, P, P, P])
-    sgo = _fn("specworker_speculate_get_seq_lens_output_launch", [P, P, I, P, P])
-    spp = _fn("specworker_speculate_pre_process_launch", [P, I, P, P, I, P, I, I, I] + [P] * 9)
+    gpo = raw_launcher("specworker_get_padding_offset_launch")
+    sgo = raw_launcher("specworker_speculate_get_seq_lens_output_launch")
+    spp = raw_launcher("specworker_speculate_pre_process_launch")
     rng = np.random.default_rng(bsz * 10 + k)
     batch = make_step_batch(rng, bsz, "mixed", max_model_len=128, num_draft=k)
     S, D = batch.input_ids.shape[1], k + 1
@@ -99,7 +95,7 @@ def bench_pre_process(cp, bsz, k, iters):
 
 def bench_rebuild_padding(cp, rows=1024, hidden=7168, iters=200):
     """Decode-only batch: 256 slots x 4 rows, every packed row gathered once (bf16 as uint16)."""
-    rb = _fn("specworker_rebuild_padding_launch", [P, P, P, P, P, P, P, P, I, P, I, I, I, I, I, P])
+    rb = raw_launcher("specworker_rebuild_padding_launch")
     bsz = rows // 4
     lens = np.full(bsz, 4, np.int32)
     cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
@@ -143,7 +139,7 @@ def main():
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "gpu_pre_process.json"))
     parser.add_argument("--iters", type=int, default=2000)
     args = parser.parse_args()
-    cp = require_gpu()
+    cp = require_gpu_or_exit()
     rows = [bench_pre_process(cp, bsz, k, args.iters) for bsz in (1, 64, 256, 1024) for k in (1, 3)]
     rebuild = bench_rebuild_padding(cp)
     result = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "host": platform.node(),

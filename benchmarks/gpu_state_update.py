@@ -1,7 +1,7 @@
 """speculate_update + speculate_set_value_by_flags_and_idx on the GPU: microseconds per launch
 from small batches to 5000 slots (beyond FastDeploy's one-block limits of 512 and 1024).
 
-Runs on a GPU machine with nvcc + CuPy (no Paddle): the kernels are built by tests/gpu/harness.py.
+Runs on a GPU machine with nvcc + CuPy (no Paddle): the kernels are built by kernel_harness.
     python3 benchmarks/gpu_state_update.py [--out benchmarks/results/gpu_state_update.json]
 
 Each op is checked once against its numpy reference on the benchmark's own state, then timed
@@ -13,7 +13,6 @@ values (accept_num is clamped, history writes outside [1, S) are skipped).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import platform
 import sys
@@ -22,13 +21,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.timing import launcher as _fn, stream_ptr, time_events, time_graph  # noqa: E402
-from tests.gpu.harness import ptr, require_gpu  # noqa: E402
+from benchmarks.timing import stream_ptr, time_events, time_graph  # noqa: E402
+from kernel_harness import ptr, raw_launcher, require_gpu_or_exit  # noqa: E402
 from tests.reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx  # noqa: E402
 from tests.reference.speculate_update import ref_speculate_update  # noqa: E402
 from tests.state_cases import make_post_verify_state  # noqa: E402
 
-P, I = ctypes.c_void_p, ctypes.c_int
 UPDATE_ARGS = ("seq_lens_encoder", "seq_lens_decoder", "not_need_stop", "draft_tokens", "actual_draft_token_nums",
                "accept_tokens", "accept_num", "stop_flags", "seq_lens_this_time", "is_block_step", "stop_nums",
                "mask_rollback")
@@ -37,8 +35,8 @@ SET_VALUE_ARGS = ("pre_ids", "accept_tokens", "accept_num", "stop_flags", "seq_l
 
 
 def bench(cp, bsz, k, max_model_len, iters):
-    update = _fn("specworker_speculate_update_launch", [P] * 12 + [I, I, I, P])
-    set_value = _fn("specworker_speculate_set_value_by_flags_and_idx_launch", [P] * 7 + [I, I, I, P])
+    update = raw_launcher("specworker_speculate_update_launch")
+    set_value = raw_launcher("specworker_speculate_set_value_by_flags_and_idx_launch")
     state = make_post_verify_state(np.random.default_rng(bsz + k), bsz, "mixed", num_draft=k,
                                    max_model_len=max_model_len)
     D, S = k + 1, max_model_len
@@ -72,7 +70,7 @@ def main():
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "gpu_state_update.json"))
     parser.add_argument("--iters", type=int, default=2000)
     args = parser.parse_args()
-    cp = require_gpu()
+    cp = require_gpu_or_exit()
     rows = [bench(cp, bsz, k, 8192, args.iters) for bsz in (1, 64, 256, 1024, 5000) for k in (1, 3)]
     result = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "host": platform.node(),
               "state_update": rows}

@@ -33,8 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import gpu_penalty, gpu_pre_process, gpu_top_p_candidates, gpu_verify  # noqa: E402
-from tests.gpu.harness import kernels_lib, require_gpu  # noqa: E402
-from tests.gpu.speculate_verify_launch import launch_args, raw_launcher  # noqa: E402
+from kernel_harness import kernels_lib, require_gpu_or_exit  # noqa: E402
+from kernel_harness import raw_launcher as top_p_launcher  # noqa: E402
+from kernel_harness.speculate_verify import launch_args, raw_launcher  # noqa: E402
 
 
 def row(name, ours_us, baseline, baseline_us, ratio, target, met):
@@ -70,11 +71,7 @@ def penalty_rows(torch):
 
 
 def top_p_rows(torch, iters):
-    import ctypes
-
-    fn = kernels_lib().specworker_top_p_candidates_launch
-    P, I = ctypes.c_void_p, ctypes.c_int
-    fn.argtypes, fn.restype = [P, P, P, I, I, I, I, P, P, P, P], I
+    fn = top_p_launcher("specworker_top_p_candidates_launch")
     r = gpu_top_p_candidates.bench(torch, fn, 1024, gpu_top_p_candidates.QWEN_VOCAB, 5, iters)
     ours, base = r["ours_us"], r["torch_topk_cumsum_us"]
     return [row("top_p_candidates V=151936 1024 rows C=5", ours, "torch.topk + cumsum + searchsorted", base,
@@ -96,7 +93,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "gpu_targets.json")
     parser.add_argument("--iters", type=int, default=2000, help="launches per latency measurement")
     opts = parser.parse_args()
-    cp = require_gpu()
+    cp = require_gpu_or_exit()
     import torch
 
     t0 = time.time()

@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.gpu.harness import kernels_lib, require_gpu  # noqa: E402
+from kernel_harness import raw_launcher, require_gpu_or_exit as require_kernels  # noqa: E402
 from tests.reference.top_p_candidates import ref_top_p_candidates  # noqa: E402
 
-P, I = ctypes.c_void_p, ctypes.c_int
+P = ctypes.c_void_p
 QWEN_VOCAB = 151936
 TARGET = {"vocab": QWEN_VOCAB, "rows": 1024, "C": 5, "min_speedup": 2.0}
 
@@ -125,8 +125,7 @@ def main():
     require_gpu_or_exit()
     import torch
 
-    fn = kernels_lib().specworker_top_p_candidates_launch
-    fn.argtypes, fn.restype = [P, P, P, I, I, I, I, P, P, P, P], I
+    fn = raw_launcher("specworker_top_p_candidates_launch")
     shapes = [(1024, QWEN_VOCAB, 5), (1024, QWEN_VOCAB, 1), (1024, QWEN_VOCAB, 10), (256, QWEN_VOCAB, 5),
               (1024, 32000, 5), (1024, QWEN_VOCAB, 20)]
     results = [bench(torch, fn, rows, vocab, C, args.iters) for rows, vocab, C in shapes]
@@ -154,12 +153,7 @@ def main():
 
 
 def require_gpu_or_exit():
-    import pytest
-
-    try:
-        require_gpu()
-    except pytest.skip.Exception as e:
-        raise SystemExit(str(e)) from None
+    require_kernels()
     try:
         import torch  # noqa: F401
     except ImportError:

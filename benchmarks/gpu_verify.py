@@ -23,8 +23,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.gpu.harness import gpu_unavailable_reason, kernels_lib  # noqa: E402
-from tests.gpu.speculate_verify_launch import launch_args, raw_launcher, to_device  # noqa: E402
+from kernel_harness import gpu_unavailable_reason, kernels_lib  # noqa: E402
+from kernel_harness.speculate_verify import launch_args, raw_launcher, to_device  # noqa: E402
 
 BATCH_SIZES = (1, 64, 256, 1024)
 DRAFT_LENS = (1, 3, 5)

@@ -1,6 +1,6 @@
 """Shared GPU timing helpers for the standalone-kernel benchmarks (CuPy + ctypes, no Paddle).
 
-Launchers must read the stream with ``stream_ptr(cp)`` at every call: ``time_graph`` captures on
+Launchers (kernel_harness.raw_launcher) must read the stream with ``stream_ptr(cp)`` at every call: ``time_graph`` captures on
 its own stream, and a launch on any other stream would escape the capture.
 """
 
@@ -8,21 +8,10 @@ from __future__ import annotations
 
 import ctypes
 
-from tests.gpu.harness import kernels_lib
-
-P, I = ctypes.c_void_p, ctypes.c_int
-
-
-def launcher(name: str, argtypes: list):
-    """The raw extern "C" launcher (returns the cudaError_t as int)."""
-    f = getattr(kernels_lib(), name)
-    f.argtypes, f.restype = argtypes, I
-    return f
-
 
 def stream_ptr(cp) -> ctypes.c_void_p:
     """The current CuPy stream, read at call time so graph capture records the launch."""
-    return P(cp.cuda.get_current_stream().ptr)
+    return ctypes.c_void_p(cp.cuda.get_current_stream().ptr)
 
 
 def time_events(cp, fn, iters: int, warmup: int = 20) -> float:

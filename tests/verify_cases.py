@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernel_harness.speculate_verify import OUT_FIELDS, POLICIES, STRATEGIES, resolve_modes  # noqa: F401
 from tests.cases import make_step_batch, pack_output_index
 
-OUT_FIELDS = ("accept_tokens", "accept_num", "step_idx", "stop_flags")
-STRATEGIES = ("topp", "greedy", "target_match", "rejection")  # index = the launcher's enum
-POLICIES = ("normal", "accept_all", "reject_all")
 STALE_TOKEN = 777  # accept_tokens fill before the call: a slot that is not verified keeps it
 STALE_NUM = 3
 
@@ -24,17 +22,6 @@ def output_lens(seq_lens_this_time, seq_lens_encoder) -> np.ndarray:
     lens = np.asarray(seq_lens_this_time).reshape(-1)
     enc = np.asarray(seq_lens_encoder).reshape(-1)
     return np.where(lens <= 0, 0, np.where(enc > 0, 1, lens)).astype(np.int32)
-
-
-def resolve_modes(case: dict) -> tuple[int, int]:
-    """(strategy, policy) as the launcher's ints: reject_all/benchmark_mode win over accept_all."""
-    strategy = STRATEGIES.index(case.get("verify_strategy", "topp"))
-    policy = case.get("accept_policy", "normal")
-    if policy == "reject_all" or case.get("benchmark_mode", False):
-        policy = "reject_all"
-    elif policy == "accept_all" or case.get("accept_all_drafts", False):
-        policy = "accept_all"
-    return strategy, POLICIES.index(policy)
 
 
 def _softmax_rows(rng, shape, scale_lo=0.5, scale_hi=4.0) -> np.ndarray:

@@ -21,7 +21,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from benchmarks.timing import stream_ptr, time_events, time_graph  # noqa: E402
-from tests.gpu.harness import ptr, require_gpu  # noqa: E402
+from kernel_harness import ptr, require_gpu_or_exit  # noqa: E402
 
 P, I = ctypes.c_void_p, ctypes.c_int
 VARIANTS = {0: "before tuning: chained plan, 128 x 8", 1: "flat plan, 128 x 8", 2: "flat plan, 256 x 4",
@@ -46,7 +46,7 @@ def main():
     parser.add_argument("--out", default="rp_variants.json")
     parser.add_argument("--iters", type=int, default=200)
     args = parser.parse_args()
-    cp = require_gpu()
+    cp = require_gpu_or_exit()
     fn = build(cp).rp_variant_launch
     rows, hidden = 1024, 7168
     bsz = rows // 4

@@ -29,9 +29,7 @@
 #include "kernels/batch_invariant_linear.h"
 
 #ifdef SPECWORKER_WITH_CUDA
-std::vector<paddle::Tensor> BatchInvariantLinearCUDA(const paddle::Tensor& x,
-                                                     const paddle::Tensor& weight,
-                                                     const paddle::optional<paddle::Tensor>& bias);
+#include "batch_invariant_linear_cuda.h"
 #endif
 
 namespace {

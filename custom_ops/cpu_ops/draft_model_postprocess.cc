@@ -25,11 +25,7 @@
 #include "op_checks.h"
 
 #ifdef SPECWORKER_WITH_CUDA
-void DraftModelPostprocessCUDA(const paddle::Tensor& base_model_draft_tokens,
-                               paddle::Tensor& base_model_seq_lens_this_time,
-                               const paddle::Tensor& base_model_seq_lens_encoder,
-                               const paddle::Tensor& base_model_stop_flags,
-                               const paddle::optional<paddle::Tensor>& base_model_is_block_step);
+#include "draft_model_postprocess_cuda.h"
 #endif
 
 namespace {

@@ -28,10 +28,7 @@
 #include "op_checks.h"
 
 #ifdef SPECWORKER_WITH_CUDA
-std::vector<paddle::Tensor> EagleGetHiddenStatesCUDA(
-    const paddle::Tensor& input, const paddle::Tensor& seq_lens_this_time,
-    const paddle::Tensor& seq_lens_encoder, const paddle::Tensor& accept_num,
-    const paddle::Tensor& target_model_seq_lens_this_time);
+#include "eagle_get_hidden_states_cuda.h"
 #endif
 
 namespace {

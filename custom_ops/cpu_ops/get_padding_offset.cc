@@ -21,10 +21,7 @@
 #include "op_checks.h"
 
 #ifdef SPECWORKER_WITH_CUDA
-std::vector<paddle::Tensor> GetPaddingOffsetCUDA(
-    const paddle::optional<paddle::Tensor>& input_ids, const paddle::Tensor& seq_lens_this_time,
-    const paddle::optional<paddle::Tensor>& draft_tokens,
-    const paddle::optional<paddle::Tensor>& seq_lens_encoder, int64_t token_num_cpu);
+#include "get_padding_offset_cuda.h"
 #endif
 
 namespace {

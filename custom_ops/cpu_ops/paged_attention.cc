@@ -29,12 +29,7 @@
 #include "op_checks.h"
 
 #ifdef SPECWORKER_WITH_CUDA
-std::vector<paddle::Tensor> PagedAttentionCUDA(
-    const paddle::Tensor& q, const paddle::Tensor& k, const paddle::Tensor& v,
-    paddle::Tensor& key_cache, paddle::Tensor& value_cache, const paddle::Tensor& block_tables,
-    const paddle::Tensor& cu_seqlens_q, const paddle::Tensor& seq_lens_decoder,
-    const paddle::Tensor& seq_lens_this_time, const paddle::Tensor& batch_id_per_token,
-    int block_size, float scale);
+#include "paged_attention_cuda.h"
 #endif
 
 namespace {

@@ -27,13 +27,7 @@
 #include "op_checks.h"
 
 #ifdef SPECWORKER_WITH_CUDA
-void ReasoningPhaseTokenConstraintCUDA(
-    paddle::Tensor& logits, const paddle::Tensor& pre_ids, const paddle::Tensor& stop_flags,
-    const paddle::Tensor& seq_lens_encoder, const paddle::Tensor& step_idx,
-    const paddle::Tensor& allowed_tokens, paddle::Tensor& reasoning_status,
-    const paddle::Tensor& batch_id_per_token_output, const paddle::Tensor& cu_seqlens_q_output,
-    const paddle::Tensor& enable_thinking, int64_t bsz, int64_t think_end_id,
-    int64_t line_break_id);
+#include "reasoning_phase_token_constraint_cuda.h"
 #endif
 
 namespace {

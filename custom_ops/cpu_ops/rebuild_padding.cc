@@ -17,13 +17,7 @@
 #include "op_checks.h"
 
 #ifdef SPECWORKER_WITH_CUDA
-std::vector<paddle::Tensor> RebuildPaddingCUDA(
-    const paddle::Tensor& tmp_out, const paddle::Tensor& cu_seqlens_q,
-    const paddle::Tensor& seq_len_this_time, const paddle::Tensor& seq_lens_decoder,
-    const paddle::Tensor& seq_lens_encoder,
-    const paddle::optional<paddle::Tensor>& batch_id_per_token_output,
-    const paddle::optional<paddle::Tensor>& cu_seqlens_q_output,
-    paddle::optional<paddle::Tensor>& first_token_out, bool enable_logprob);
+#include "rebuild_padding_cuda.h"
 #endif
 
 namespace {

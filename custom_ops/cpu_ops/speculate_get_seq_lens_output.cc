@@ -8,8 +8,7 @@
 #include "op_checks.h"
 
 #ifdef SPECWORKER_WITH_CUDA
-std::vector<paddle::Tensor> SpeculateGetSeqLensOutputCUDA(const paddle::Tensor& seq_lens_this_time,
-                                                          const paddle::Tensor& seq_lens_encoder);
+#include "speculate_get_seq_lens_output_cuda.h"
 #endif
 
 namespace {

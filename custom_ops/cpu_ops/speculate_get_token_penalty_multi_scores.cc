@@ -33,14 +33,7 @@
 #include "op_checks.h"
 
 #ifdef SPECWORKER_WITH_CUDA
-void SpeculateGetTokenPenaltyMultiScoresCUDA(
-    const paddle::Tensor& pre_ids, paddle::Tensor& logits, const paddle::Tensor& penalty_scores,
-    const paddle::Tensor& frequency_scores, const paddle::Tensor& presence_scores,
-    const paddle::Tensor& temperatures, const paddle::Tensor& bad_tokens,
-    const paddle::Tensor& bad_tokens_len, const paddle::Tensor& cur_len,
-    const paddle::Tensor& min_len, const paddle::Tensor& eos_token_id,
-    const paddle::Tensor& seq_lens_this_time, const paddle::Tensor& batch_id_per_token_output,
-    const paddle::Tensor& cu_seqlens_q_output, const paddle::optional<paddle::Tensor>& draft_tokens);
+#include "speculate_get_token_penalty_multi_scores_cuda.h"
 #endif
 
 namespace {

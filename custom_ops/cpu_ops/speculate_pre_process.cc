@@ -31,10 +31,7 @@ std::vector<paddle::Tensor> SpeculateGetSeqLensOutput(const paddle::Tensor& seq_
                                                       const paddle::Tensor& seq_lens_decoder);
 
 #ifdef SPECWORKER_WITH_CUDA
-std::vector<paddle::Tensor> SpeculatePreProcessCUDA(
-    const paddle::Tensor& input_ids, const paddle::Tensor& seq_lens_this_time,
-    const paddle::optional<paddle::Tensor>& draft_tokens, const paddle::Tensor& seq_lens_encoder,
-    int64_t token_num_cpu);
+#include "speculate_pre_process_cuda.h"
 #endif
 
 namespace {

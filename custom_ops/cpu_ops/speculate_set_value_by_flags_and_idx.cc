@@ -40,14 +40,7 @@
 #include "op_checks.h"
 
 #ifdef SPECWORKER_WITH_CUDA
-void SpeculateSetValueByFlagsAndIdxCUDA(paddle::Tensor& pre_ids_all,
-                                        const paddle::Tensor& accept_tokens,
-                                        paddle::Tensor& accept_num,
-                                        const paddle::Tensor& stop_flags,
-                                        const paddle::Tensor& seq_lens_this_time,
-                                        const paddle::Tensor& seq_lens_encoder,
-                                        paddle::Tensor& seq_lens_decoder,
-                                        const paddle::Tensor& step_idx);
+#include "speculate_set_value_by_flags_and_idx_cuda.h"
 #endif
 
 namespace {

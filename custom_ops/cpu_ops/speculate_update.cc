@@ -47,13 +47,7 @@
 #include "op_checks.h"
 
 #ifdef SPECWORKER_WITH_CUDA
-void SpeculateUpdateCUDA(paddle::Tensor& seq_lens_encoder, paddle::Tensor& seq_lens_decoder,
-                         paddle::Tensor& not_need_stop, paddle::Tensor& draft_tokens,
-                         paddle::Tensor& actual_draft_token_nums,
-                         const paddle::Tensor& accept_tokens, const paddle::Tensor& accept_num,
-                         const paddle::Tensor& stop_flags, const paddle::Tensor& seq_lens_this_time,
-                         const paddle::Tensor& is_block_step, const paddle::Tensor& stop_nums,
-                         paddle::optional<paddle::Tensor>& mask_rollback);
+#include "speculate_update_cuda.h"
 #endif
 
 namespace {

@@ -20,10 +20,7 @@
 #include "op_checks.h"
 
 #ifdef SPECWORKER_WITH_CUDA
-std::vector<paddle::Tensor> TopPCandidatesCUDA(const paddle::Tensor& probs,
-                                               const paddle::Tensor& top_p,
-                                               const paddle::Tensor& batch_id_per_token_output,
-                                               int candidates_len);
+#include "top_p_candidates_cuda.h"
 #endif
 
 namespace {

@@ -1,6 +1,7 @@
 // Paddle CUDA binding for batch_invariant_linear: allocate, launch, report. The argument checks
 // run in cpu_ops/batch_invariant_linear.cc before dispatch.
 #include "op_checks.h"
+#include "batch_invariant_linear_cuda.h"
 #include "kernels/batch_invariant_linear.h"
 
 std::vector<paddle::Tensor> BatchInvariantLinearCUDA(const paddle::Tensor& x,

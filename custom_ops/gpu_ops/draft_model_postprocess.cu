@@ -1,6 +1,7 @@
 // Paddle CUDA binding for draft_model_postprocess: the op (cpu_ops/draft_model_postprocess.cc)
 // has checked every argument; this takes the stream, launches in place and reports.
 #include "op_checks.h"
+#include "draft_model_postprocess_cuda.h"
 #include "kernels/draft_model_postprocess.h"
 
 void DraftModelPostprocessCUDA(const paddle::Tensor& base_model_draft_tokens,

@@ -2,6 +2,7 @@
 // cpu_ops/draft_model_preprocess.cc before dispatch (dtypes, shapes, every input on one device,
 // not_need_stop included: it stays on the device and is never copied to the host).
 #include "op_checks.h"
+#include "draft_model_preprocess_cuda.h"
 #include "kernels/draft_model_preprocess.h"
 
 namespace {

@@ -1,6 +1,7 @@
 // Paddle CUDA binding for draft_model_update: the op (cpu_ops/draft_model_update.cc) has checked
 // every argument; this takes the stream, launches in place and reports.
 #include "op_checks.h"
+#include "draft_model_update_cuda.h"
 #include "kernels/draft_model_update.h"
 
 void DraftModelUpdateCUDA(const paddle::Tensor& inter_next_tokens, paddle::Tensor& draft_tokens,

@@ -3,6 +3,7 @@
 // input's rows), so the count stays on the device; the offsets scratch comes from Paddle's
 // allocator (the launcher allocates nothing).
 #include "op_checks.h"
+#include "eagle_get_hidden_states_cuda.h"
 #include "kernels/eagle_get_hidden_states.h"
 
 std::vector<paddle::Tensor> EagleGetHiddenStatesCUDA(

@@ -1,6 +1,7 @@
 // Paddle CUDA binding for get_padding_offset: allocate, launch, report. Checks run in
 // cpu_ops/get_padding_offset.cc before dispatch.
 #include "op_checks.h"
+#include "get_padding_offset_cuda.h"
 #include "kernels/get_padding_offset.h"
 
 std::vector<paddle::Tensor> GetPaddingOffsetCUDA(

@@ -3,6 +3,7 @@
 // before it dispatched here. Index values are not checked (that would need a host sync): the
 // kernel writes a zero output row, and skips the cache write, where the CPU op would raise.
 #include "op_checks.h"
+#include "paged_attention_cuda.h"
 #include "kernels/paged_attention.h"
 
 std::vector<paddle::Tensor> PagedAttentionCUDA(

@@ -1,6 +1,7 @@
 // Paddle CUDA binding for reasoning_phase_token_constraint: launch in place, report. Checks
 // are in cpu_ops/reasoning_phase_token_constraint.cc, before the dispatch on place.
 #include "op_checks.h"
+#include "reasoning_phase_token_constraint_cuda.h"
 #include "kernels/reasoning_phase_token_constraint.h"
 
 namespace {

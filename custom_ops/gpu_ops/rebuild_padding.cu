@@ -2,6 +2,7 @@
 // RebuildPadding (cpu_ops/rebuild_padding.cc) before this is called. Index values are not checked
 // here (that would need a host sync): the kernel writes a zero row where the CPU op would raise.
 #include "op_checks.h"
+#include "rebuild_padding_cuda.h"
 #include "kernels/rebuild_padding.h"
 
 std::vector<paddle::Tensor> RebuildPaddingCUDA(

@@ -1,6 +1,7 @@
 // Paddle CUDA binding for speculate_get_seq_lens_output: allocate, launch, report. Checks run
 // in cpu_ops/speculate_get_seq_lens_output.cc before dispatch.
 #include "op_checks.h"
+#include "speculate_get_seq_lens_output_cuda.h"
 #include "kernels/speculate_get_seq_lens_output.h"
 
 std::vector<paddle::Tensor> SpeculateGetSeqLensOutputCUDA(const paddle::Tensor& seq_lens_this_time,

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "op_checks.h"
+#include "speculate_get_token_penalty_multi_scores_cuda.h"
 #include "kernels/speculate_get_token_penalty_multi_scores.h"
 
 namespace {

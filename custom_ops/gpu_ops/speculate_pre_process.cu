@@ -1,6 +1,7 @@
 // Paddle CUDA binding for speculate_pre_process: allocate, launch, report. Checks run in
 // cpu_ops/speculate_pre_process.cc before dispatch.
 #include "op_checks.h"
+#include "speculate_pre_process_cuda.h"
 #include "kernels/speculate_pre_process.h"
 
 std::vector<paddle::Tensor> SpeculatePreProcessCUDA(

@@ -1,6 +1,7 @@
 // Paddle CUDA binding for speculate_set_value_by_flags_and_idx: launch on the inputs' stream,
 // report. In place; checks run in cpu_ops/speculate_set_value_by_flags_and_idx.cc first.
 #include "op_checks.h"
+#include "speculate_set_value_by_flags_and_idx_cuda.h"
 #include "kernels/speculate_set_value_by_flags_and_idx.h"
 
 void SpeculateSetValueByFlagsAndIdxCUDA(paddle::Tensor& pre_ids_all,

@@ -1,6 +1,7 @@
 // Paddle CUDA binding for speculate_update: launch on the inputs' stream, report. In place;
 // checks run in cpu_ops/speculate_update.cc before dispatch.
 #include "op_checks.h"
+#include "speculate_update_cuda.h"
 #include "kernels/speculate_update.h"
 
 void SpeculateUpdateCUDA(paddle::Tensor& seq_lens_encoder, paddle::Tensor& seq_lens_decoder,

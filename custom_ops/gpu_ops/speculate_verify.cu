@@ -1,6 +1,7 @@
 // Paddle CUDA binding for speculate_verify: the op (cpu_ops/speculate_verify.cc) has checked every
 // argument and resolved the modes; this takes the stream, launches in place and reports.
 #include "op_checks.h"
+#include "speculate_verify_cuda.h"
 #include "kernels/speculate_verify.h"
 
 namespace {

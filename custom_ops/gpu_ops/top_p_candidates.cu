@@ -1,6 +1,7 @@
 // Paddle CUDA binding for top_p_candidates: allocate, launch, report. Checks are in
 // cpu_ops/top_p_candidates.cc, before the dispatch on place.
 #include "op_checks.h"
+#include "top_p_candidates_cuda.h"
 #include "kernels/top_p_candidates.h"
 
 std::vector<paddle::Tensor> TopPCandidatesCUDA(const paddle::Tensor& probs,

@@ -1,41 +1,17 @@
-"""Standalone CUDA harness: builds every custom_ops/gpu_ops/kernels/*.cu with nvcc into one
-shared library and exposes its extern "C" launchers through ctypes; device arrays come from CuPy.
+"""The GPU tests' side of the standalone CUDA harness (kernel_harness builds and launches the
+kernels): the skip policy. A test module calls ``cp = require_gpu()`` at import: without CuPy, a
+GPU or nvcc the module is skipped with a message that says which one is missing.
 
 No Paddle is imported here, so the same tests run on a GPU machine that has only nvcc and CuPy.
-A test module calls ``cp = require_gpu()`` at import: without CuPy, a GPU or nvcc the module is
-skipped with a message that says which one is missing.
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
-import hashlib
-import os
-import shutil
-import subprocess
-from pathlib import Path
-
 import pytest
 
-KERNELS_DIR = Path(__file__).resolve().parents[2] / "custom_ops" / "gpu_ops" / "kernels"
-BUILD_DIR = Path(os.environ.get("SPECWORKER_GPU_BUILD", Path(__file__).resolve().parent / "_build"))
+from kernel_harness import gpu_unavailable_reason, kernels_lib, launcher, ptr, raw_launcher, stream
 
-
-def gpu_unavailable_reason() -> str | None:
-    """Why the GPU tests cannot run here, or None when they can."""
-    try:
-        import cupy as cp
-    except ImportError:
-        return "CuPy is not installed (GPU kernel tests need CuPy and a CUDA GPU)"
-    try:
-        if cp.cuda.runtime.getDeviceCount() < 1:
-            return "no CUDA GPU is visible"
-    except Exception as e:  # CUDA driver missing or broken
-        return f"no usable CUDA GPU ({type(e).__name__}: {e})"
-    if shutil.which("nvcc") is None:
-        return "nvcc is not on PATH (the harness compiles the kernels itself)"
-    return None
+__all__ = ["gpu_unavailable_reason", "kernels_lib", "launcher", "ptr", "raw_launcher", "require_gpu", "stream"]
 
 
 def require_gpu():
@@ -46,56 +22,3 @@ def require_gpu():
     import cupy as cp
 
     return cp
-
-
-def _arch() -> str:
-    import cupy as cp
-
-    major, minor = cp.cuda.Device().compute_capability[:1], cp.cuda.Device().compute_capability[1:]
-    return f"sm_{major}{minor}"
-
-
-@functools.cache
-def kernels_lib() -> ctypes.CDLL:
-    """Compiles all kernels into one .so (cached by a digest of the sources) and loads it."""
-    sources = sorted(KERNELS_DIR.glob("*.cu"))
-    digest = hashlib.sha256()
-    for p in sorted(KERNELS_DIR.iterdir()):
-        if p.is_file():
-            digest.update(p.name.encode() + p.read_bytes())
-    arch = _arch()
-    lib = BUILD_DIR / f"libspecworker_kernels_{arch}_{digest.hexdigest()[:16]}.so"
-    if not lib.exists():
-        BUILD_DIR.mkdir(parents=True, exist_ok=True)
-        cmd = ["nvcc", "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", f"-arch={arch}",
-               "-lineinfo", "-o", str(lib), *map(str, sources)]
-        subprocess.run(cmd, check=True)
-    return ctypes.CDLL(str(lib))
-
-
-def ptr(a) -> ctypes.c_void_p:
-    """Device pointer of a CuPy array, or NULL for None (an omitted optional input)."""
-    return ctypes.c_void_p(0 if a is None else a.data.ptr)
-
-
-def stream() -> ctypes.c_void_p:
-    import cupy as cp
-
-    return ctypes.c_void_p(cp.cuda.get_current_stream().ptr)
-
-
-def launcher(name: str, argtypes: list) -> callable:
-    """The extern "C" launcher `name`; calling it raises if it returns a CUDA error."""
-    fn = getattr(kernels_lib(), name)
-    fn.argtypes = argtypes
-    fn.restype = ctypes.c_int
-
-    def call(*args):
-        err = fn(*args)
-        if err != 0:
-            raise RuntimeError(f"{name} returned cudaError {err}")
-        import cupy as cp
-
-        cp.cuda.get_current_stream().synchronize()
-
-    return call

@@ -4,12 +4,11 @@ the CPU op's bits), and batch invariance as exact bit equality: a row alone vs a
 at tile edges, beyond one tile, beyond 65535 row tiles (the grid-stride loop).
 """
 
-import ctypes
 
 import numpy as np
 import pytest
 
-from tests.gpu.harness import kernels_lib, launcher, ptr, require_gpu, stream
+from tests.gpu.harness import launcher, ptr, raw_launcher, require_gpu, stream
 from tests.reference.batch_invariant_linear import (
     ref_batch_invariant_linear,
     ref_batch_invariant_linear_fp32_order,
@@ -20,8 +19,7 @@ cp = require_gpu()
 RTOL = ATOL = 1e-5
 CUDA_ERROR_INVALID_VALUE = 1
 POISON = np.float32(-12345.5)
-ARGTYPES = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 3 + [ctypes.c_void_p]
-launch = launcher("specworker_batch_invariant_linear_launch", ARGTYPES)
+launch = launcher("specworker_batch_invariant_linear_launch")
 
 # (K, N): K = 1, 7 shorter than one k chunk (32), 129 = 4 chunks + 1, 384 = 12 full chunks;
 # N = 1 and 259 (= 4 x 64 + 3) leave partial column tiles, 1000 spans 16 tiles.
@@ -134,8 +132,7 @@ def test_batch_invariant_linear_cuda_empty_launches_nothing():
 @pytest.mark.parametrize("M,K,N,null", [(-1, 4, 3, None), (2, -1, 3, None), (2, 4, -1, None),
                                         (2, 4, 3, "x"), (2, 4, 3, "weight"), (2, 4, 3, "out")])
 def test_batch_invariant_linear_cuda_rejects_bad_sizes(M, K, N, null):
-    raw = kernels_lib().specworker_batch_invariant_linear_launch
-    raw.argtypes, raw.restype = ARGTYPES, ctypes.c_int
+    raw = raw_launcher("specworker_batch_invariant_linear_launch")
     d = {name: cp.ones(12, cp.float32) for name in ("x", "weight", "out")}
     args = [None if null == name else ptr(d[name]) for name in ("x", "weight")] + [None]
     args.append(None if null == "out" else ptr(d["out"]))

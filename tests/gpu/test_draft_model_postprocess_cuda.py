@@ -1,7 +1,6 @@
 """draft_model_postprocess's CUDA kernel against the numpy reference (tests/draft_cases.py cases,
 batch sizes past one block, and the kernel's gap handling where the CPU op raises)."""
 
-import ctypes
 
 import numpy as np
 import pytest
@@ -11,8 +10,7 @@ from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from tests.reference.draft_model_postprocess import ref_draft_model_postprocess
 
 cp = require_gpu()
-_P, _I = ctypes.c_void_p, ctypes.c_int
-launch = launcher("specworker_draft_model_postprocess_launch", [_P, _I, _P, _P, _P, _P, _I, _P])
+launch = launcher("specworker_draft_model_postprocess_launch")
 
 GUARD = 64
 CANARY = -7777

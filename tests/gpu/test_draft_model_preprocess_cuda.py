@@ -1,4 +1,3 @@
-import ctypes
 
 import numpy as np
 import pytest
@@ -8,15 +7,7 @@ from tests.mtp_cases import all_round_cases, make_round_state
 from tests.reference.draft_model_preprocess import UPDATED_KEYS, ref_draft_model_preprocess
 
 cp = require_gpu()
-_P, _I = ctypes.c_void_p, ctypes.c_int
-launch = launcher("specworker_draft_model_preprocess_launch", [
-    _P, _I, _P, _I,  # draft_tokens, Dd, input_ids, S
-    _P, _P, _P, _P, _P, _P,  # stop_flags, seq_lens_this_time / _encoder / _decoder, step_idx, not_need_stop
-    _P, _I, _P, _I, _P,  # pre_ids, Sp, accept_tokens, Da, accept_num
-    _P, _P, _P, _P,  # target seq_lens_decoder, step_idx, stop_flags, max_dec_len
-    _P, _I, _P,  # target draft_tokens, Dt, target is_block_step
-    _I, _I, _I, _I, _P,  # bsz, num_model_steps, is_splitwise_prefill, truncate_first_token, stream
-])
+launch = launcher("specworker_draft_model_preprocess_launch")
 
 GUARD = 64  # elements past each buffer that the kernel must leave untouched
 ROW_BUFFERS = ("draft_tokens", "input_ids", "pre_ids", "accept_tokens", "target_model_draft_tokens")

@@ -1,19 +1,16 @@
 """draft_model_update's CUDA kernel against the numpy reference, on the cases the CPU tests use
 (tests/draft_cases.py) plus batch sizes past one block and the kernel's bounds-check fallback."""
 
-import ctypes
 
 import numpy as np
 import pytest
 
 from tests import draft_cases as dc
-from tests.gpu.harness import kernels_lib, launcher, ptr, require_gpu, stream
+from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from tests.reference.draft_model_update import STATE_KEYS, ref_draft_model_update
 
 cp = require_gpu()
-_P, _I = ctypes.c_void_p, ctypes.c_int
-ARGTYPES = [_P, _I, _P, _I, _P, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _P]
-launch = launcher("specworker_draft_model_update_launch", ARGTYPES)
+launch = launcher("specworker_draft_model_update_launch")
 
 GUARD = 64  # elements past each buffer's end that the kernel must leave untouched
 CANARY = {np.dtype(np.int64): -7777, np.dtype(np.int32): -7777, np.dtype(np.uint8): 0xAB}

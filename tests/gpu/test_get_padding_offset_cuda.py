@@ -1,4 +1,3 @@
-import ctypes
 
 import numpy as np
 import pytest
@@ -8,8 +7,7 @@ from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from tests.reference.get_padding_offset import ref_get_padding_offset
 
 cp = require_gpu()
-_P, _I = ctypes.c_void_p, ctypes.c_int
-launch = launcher("specworker_get_padding_offset_launch", [_P, _I, _P, _P, _I, _P, _I, _I, _P, _P, _P, _P, _P])
+launch = launcher("specworker_get_padding_offset_launch")
 
 CANARY = -7  # outputs start as this, so an unwritten row shows
 GUARD = 64  # rows past each output's end that the kernel must leave untouched

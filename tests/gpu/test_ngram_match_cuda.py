@@ -1,4 +1,3 @@
-import ctypes
 
 import numpy as np
 import pytest
@@ -8,8 +7,7 @@ from tests.ngram_cases import KINDS, NGRAM_CASES, NGRAM_SIZES, literal_state, ma
 from tests.reference.ngram_match import ref_ngram_match
 
 cp = require_gpu()
-_P, _I = ctypes.c_void_p, ctypes.c_int
-launch = launcher("specworker_ngram_match_launch", [_P] * 11 + [_I] * 7 + [_P])
+launch = launcher("specworker_ngram_match_launch")
 
 ARGS = ("input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num", "draft_tokens", "seq_lens_this_time",
         "seq_lens_encoder", "seq_lens_decoder", "max_dec_len", "is_block_step")

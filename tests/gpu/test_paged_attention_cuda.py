@@ -17,7 +17,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests.gpu.harness import kernels_lib, ptr, require_gpu, stream
+from tests.gpu.harness import ptr, raw_launcher, require_gpu, stream
 from tests.paged_attention_cases import (
     LITERAL_OUT,
     AttentionCase,
@@ -35,11 +35,6 @@ from tests.reference.paged_attention import ref_paged_attention
 cp = require_gpu()
 
 NAME = "specworker_paged_attention_launch"
-P, I = ctypes.c_void_p, ctypes.c_int
-# q, k, v, key_cache, value_cache, block_tables, cu_seqlens_q, seq_lens_decoder, seq_lens_this_time,
-# batch_id_per_token, out; token_cap, bsz, num_heads, num_kv_heads, head_dim, num_blocks, block_size,
-# max_blocks_per_seq; scale, dtype, stream.
-ARGTYPES = [P] * 11 + [I] * 8 + [ctypes.c_float, I, P]
 DTYPE_CODE = {"float32": 0, "float16": 1, "bfloat16": 2}
 CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE = 0, 1
 TOL = {"float32": dict(rtol=1e-5, atol=1e-5), "float16": dict(rtol=1e-3, atol=1e-3),
@@ -48,9 +43,7 @@ POISON_BYTE = 0xFF  # NaN in float32, float16 and bfloat16: an unwritten row can
 
 
 def _raw():
-    fn = getattr(kernels_lib(), NAME)
-    fn.argtypes, fn.restype = ARGTYPES, ctypes.c_int
-    return fn
+    return raw_launcher(NAME)
 
 
 def to_device(x: np.ndarray, dtype: str):

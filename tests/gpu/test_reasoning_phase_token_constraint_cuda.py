@@ -1,6 +1,5 @@
 """CUDA reasoning_phase_token_constraint kernels vs the numpy reference (CuPy + ctypes, no Paddle)."""
 
-import ctypes
 
 import numpy as np
 import pytest
@@ -11,9 +10,7 @@ from tests.reference.reasoning_phase_token_constraint import ref_reasoning_phase
 from tests.sampling_fixtures import output_index, random_reasoning_inputs
 
 cp = require_gpu()
-P, I, L = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
-launch = launcher("specworker_reasoning_phase_token_constraint_launch",
-                  [P] * 10 + [I] * 5 + [L, L, P])
+launch = launcher("specworker_reasoning_phase_token_constraint_launch")
 THINK_END, LF = 9, 7
 MASKED = np.float32(-1e10)
 

@@ -5,13 +5,12 @@ copies, so exact equality is the check. Output buffers start as a poison pattern
 kernel forgets to write shows up. Index values out of range give zero rows here (the CPU op raises).
 """
 
-import ctypes
 
 import numpy as np
 import pytest
 
 from tests.cases import all_cases, make_step_batch, pack_output_index, seq_lens_output
-from tests.gpu.harness import kernels_lib, ptr, require_gpu, stream
+from tests.gpu.harness import ptr, raw_launcher, require_gpu, stream
 from tests.reference.rebuild_padding import ref_rebuild_padding
 
 cp = require_gpu()
@@ -24,10 +23,7 @@ POISON = 0xA5A5A5A5
 
 
 def _raw_launcher():
-    fn = kernels_lib().specworker_rebuild_padding_launch
-    fn.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 5 + [ctypes.c_void_p]
-    fn.restype = ctypes.c_int
-    return fn
+    return raw_launcher("specworker_rebuild_padding_launch")
 
 
 def _dev_i32(x):

@@ -1,15 +1,16 @@
-import ctypes
-
 import numpy as np
 import pytest
 
-from tests.cases import all_cases, make_step_batch
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from tests.reference.speculate_get_seq_lens_output import ref_speculate_get_seq_lens_output
+from tests.seq_lens_output_cases import (  # noqa: F401  written once, also run on the Paddle op
+    test_speculate_get_seq_lens_output_matches_reference,
+    test_speculate_get_seq_lens_output_three_slots_literal,
+    test_speculate_get_seq_lens_output_zero_slots,
+)
 
 cp = require_gpu()
-_P = ctypes.c_void_p
-launch = launcher("specworker_speculate_get_seq_lens_output_launch", [_P, _P, ctypes.c_int, _P, _P])
+launch = launcher("specworker_speculate_get_seq_lens_output_launch")
 
 CANARY = -7
 GUARD = 64
@@ -26,12 +27,10 @@ def run_kernel(lens, encoder):
     return out[:bsz]
 
 
-@pytest.mark.parametrize(
-    "lens, encoder, want",
-    [([5, 0, 3], [5, 0, 0], [1, 0, 3]), ([1, 1, 2], [0, 1, 0], [1, 1, 2]), ([3, 2, 4], [-1, 0, 2], [1, 2, 1])],
-)
-def test_speculate_get_seq_lens_output_cuda_three_slots_literal(lens, encoder, want):
-    np.testing.assert_array_equal(run_kernel(lens, encoder), want)
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/seq_lens_output_cases.py): the kernel (decoder is unused)."""
+    return lambda lens, encoder, decoder: run_kernel(lens, encoder)
 
 
 def test_speculate_get_seq_lens_output_cuda_negative_length_gets_no_rows():
@@ -39,22 +38,10 @@ def test_speculate_get_seq_lens_output_cuda_negative_length_gets_no_rows():
     np.testing.assert_array_equal(run_kernel([-2, 3, -1], [0, 0, 4]), [0, 3, 0])
 
 
-def test_speculate_get_seq_lens_output_cuda_zero_slots():
-    assert run_kernel(np.zeros(0), np.zeros(0)).shape == (0,)
-
-
 def test_speculate_get_seq_lens_output_cuda_rejects_negative_bsz():
     d = cp.zeros(2, dtype=cp.int32)
     with pytest.raises(RuntimeError, match="returned cudaError 1$"):  # cudaErrorInvalidValue
         launch(ptr(d), ptr(d), -1, ptr(d), stream())
-
-
-@pytest.mark.parametrize("bsz, kind, seed", all_cases())
-def test_speculate_get_seq_lens_output_cuda_matches_reference(bsz, kind, seed):
-    batch = make_step_batch(np.random.default_rng(seed), bsz, kind)
-    want = ref_speculate_get_seq_lens_output(batch.seq_lens_this_time, batch.seq_lens_encoder,
-                                             batch.seq_lens_decoder)
-    np.testing.assert_array_equal(run_kernel(batch.seq_lens_this_time, batch.seq_lens_encoder), want)
 
 
 @pytest.mark.parametrize("bsz", [1, 255, 256, 257, 5000, 300_000])

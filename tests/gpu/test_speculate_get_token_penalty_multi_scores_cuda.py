@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.cases import all_cases, pack_output_index
-from tests.gpu.harness import kernels_lib, launcher, ptr, require_gpu, stream
+from tests.gpu.harness import launcher, ptr, raw_launcher, require_gpu, stream
 from tests.penalty_cases import (
     ARG_NAMES,
     EXPECTED_WITH_DRAFTS,
@@ -30,9 +30,7 @@ from tests.reference.speculate_get_token_penalty_multi_scores import (
 cp = require_gpu()
 
 NAME = "specworker_speculate_get_token_penalty_multi_scores_launch"
-P, I = ctypes.c_void_p, ctypes.c_int
-ARGTYPES = [P, P, I] + [P] * 12 + [I] * 7 + [P]
-launch = launcher(NAME, ARGTYPES)
+launch = launcher(NAME)
 DTYPE_CODE = {"float32": 0, "float16": 1, "bfloat16": 2}
 # float32: the kernel uses the reference's IEEE operations in the same order, so results are exact.
 # 16-bit rows are rounded after each phase (eos mask, penalty, temperature): a few last-place units.
@@ -81,7 +79,7 @@ def run_kernel(case: PenaltyCase, dtype: str = "float32", drafts: bool = True, o
     buf = cp.full(rows * V + offset + 2 * GUARD, fill, dtype=host.dtype)
     start = GUARD + offset
     buf[start:start + rows * V] = cp.asarray(host.reshape(-1))
-    args, keep = _args(case, P(buf.data.ptr + start * buf.itemsize), dtype, drafts, stream())
+    args, keep = _args(case, ctypes.c_void_p(buf.data.ptr + start * buf.itemsize), dtype, drafts, stream())
     launch(*args)
     out = cp.asnumpy(buf)
     assert (out[:start] == fill).all() and (out[start + rows * V:] == fill).all(), "write outside the logits"
@@ -326,8 +324,7 @@ def test_speculate_get_token_penalty_multi_scores_cuda_captures_in_cuda_graph():
     """No allocation and no host sync inside the launcher: it records into a CUDA graph, and the
     replayed graph gives the literal result."""
     case = three_slot_case()
-    fn = getattr(kernels_lib(), NAME)
-    fn.argtypes, fn.restype = ARGTYPES, ctypes.c_int
+    fn = raw_launcher(NAME)
     d = cp.asarray(case.logits)
     s = cp.cuda.Stream(non_blocking=True)
     if not hasattr(s, "begin_capture"):

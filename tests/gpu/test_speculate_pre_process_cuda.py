@@ -1,7 +1,6 @@
 """speculate_pre_process CUDA kernel: the reference over the shared grid, bit-identity with the three
 unfused kernels (also on bad values, where the kernels stay in bounds), any bsz and capacity."""
 
-import ctypes
 
 import numpy as np
 import pytest
@@ -11,11 +10,9 @@ from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from tests.reference.speculate_pre_process import ref_speculate_pre_process
 
 cp = require_gpu()
-_P, _I = ctypes.c_void_p, ctypes.c_int
-launch = launcher("specworker_speculate_pre_process_launch",
-                  [_P, _I, _P, _P, _I, _P, _I, _I, _I] + [_P] * 8 + [_P])
-padding_offset = launcher("specworker_get_padding_offset_launch", [_P, _I, _P, _P, _I, _P, _I, _I, _P, _P, _P, _P, _P])
-seq_lens_out = launcher("specworker_speculate_get_seq_lens_output_launch", [_P, _P, _I, _P, _P])
+launch = launcher("specworker_speculate_pre_process_launch")
+padding_offset = launcher("specworker_get_padding_offset_launch")
+seq_lens_out = launcher("specworker_speculate_get_seq_lens_output_launch")
 
 CANARY = -7  # outputs start as this, so an unwritten row shows
 GUARD = 64  # entries past each output's end that the kernel must leave untouched

@@ -1,4 +1,3 @@
-import ctypes
 
 import numpy as np
 import pytest
@@ -11,8 +10,7 @@ from tests.state_cases import KINDS, make_post_verify_state, run_rounds, start_b
 from tests.update_literals import SET_VALUE_CASES
 
 cp = require_gpu()
-_P, _I = ctypes.c_void_p, ctypes.c_int
-launch = launcher("specworker_speculate_set_value_by_flags_and_idx_launch", [_P] * 7 + [_I, _I, _I, _P])
+launch = launcher("specworker_speculate_set_value_by_flags_and_idx_launch")
 
 # Kernel argument order (state keys; "pre_ids" is the kernel's pre_ids_all).
 ARGS = ("pre_ids", "accept_tokens", "accept_num", "stop_flags", "seq_lens_encoder", "seq_lens_decoder", "step_idx")

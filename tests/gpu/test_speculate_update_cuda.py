@@ -1,4 +1,3 @@
-import ctypes
 
 import numpy as np
 import pytest
@@ -9,8 +8,7 @@ from tests.state_cases import KINDS, make_post_verify_state
 from tests.update_literals import UPDATE_CASES
 
 cp = require_gpu()
-_P, _I = ctypes.c_void_p, ctypes.c_int
-launch = launcher("specworker_speculate_update_launch", [_P] * 12 + [_I, _I, _I, _P])
+launch = launcher("specworker_speculate_update_launch")
 
 # Kernel argument order (state keys); not_need_stop is passed as a byte buffer, see run_kernel.
 ARGS = ("seq_lens_encoder", "seq_lens_decoder", "not_need_stop", "draft_tokens", "actual_draft_token_nums",

@@ -2,14 +2,13 @@
 literal and randomized cases as tests/ops/test_speculate_verify.py, larger batches, the exact
 CPU/GPU/reference agreement of the random strategies, and the CUDA-only bound checks."""
 
-import ctypes
 
 import numpy as np
 import pytest
 
 from tests.cases import BATCH_SIZES, KINDS
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
-from tests.gpu.speculate_verify_launch import launch_args, raw_launcher, run_verify_cuda, to_device
+from kernel_harness.speculate_verify import launch_args, raw_launcher, run_verify_cuda, to_device
 from tests.reference.speculate_verify import ref_speculate_verify
 from tests.chi_square import chi2_pvalue
 from tests.verify_cases import (LITERAL_CASES, LITERAL_VARIANTS, OPTION_CASES, OUT_FIELDS, distribution_case, literal_case,
@@ -48,8 +47,7 @@ def test_speculate_verify_cuda_topp_rejects_second_candidate_outside_top_p_set()
     actual_candidate_len entries, so the draft outside the set is rejected (accept_num 1, was 4
     through the verify-window fallback); the correction comes from the one-candidate set."""
     probs, top_p, case = topp_outside_set_case()
-    P, I = ctypes.c_void_p, ctypes.c_int
-    top_p_launch = launcher("specworker_top_p_candidates_launch", [P, P, P, I, I, I, I, P, P, P, P])
+    top_p_launch = launcher("specworker_top_p_candidates_launch")
     d_probs, d_top_p = cp.asarray(probs), cp.asarray(top_p)
     d_bid = cp.zeros(4, dtype=cp.int32)
     d_scores = cp.full((4, 5), 7.0, dtype=cp.float32)

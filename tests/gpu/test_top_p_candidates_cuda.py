@@ -1,6 +1,5 @@
 """CUDA top_p_candidates kernel vs the numpy reference (CuPy + ctypes, no Paddle)."""
 
-import ctypes
 
 import numpy as np
 import pytest
@@ -11,8 +10,7 @@ from tests.reference.top_p_candidates import ref_top_p_candidates
 from tests.sampling_fixtures import output_index, random_probs, random_top_p
 
 cp = require_gpu()
-P, I = ctypes.c_void_p, ctypes.c_int
-launch = launcher("specworker_top_p_candidates_launch", [P, P, P, I, I, I, I, P, P, P, P])
+launch = launcher("specworker_top_p_candidates_launch")
 QWEN_VOCAB = 151936
 
 

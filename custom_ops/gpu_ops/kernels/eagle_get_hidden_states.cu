@@ -23,66 +23,14 @@
 
 #include <stdint.h>
 
+#include "block_scan.cuh"
+
 namespace {
 
 constexpr int kScanThreads = 1024;
-constexpr int kScanWarps = kScanThreads / 32;
 constexpr int kCopyThreads = 256;
 constexpr int kRowsPerBlock = kCopyThreads / 32;
 constexpr int kMaxCopyBlocks = 8192;
-
-// Inclusive block sums of two values per thread; *a_total / *c_total get the block's sums.
-// Every thread of the block must call it.
-__device__ __forceinline__ void BlockInclusiveSum2(long long* a, long long* c, long long* a_total,
-                                                   long long* c_total) {
-  __shared__ long long s_a[kScanWarps];
-  __shared__ long long s_c[kScanWarps];
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  long long va = *a;
-  long long vc = *c;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const long long na = __shfl_up_sync(0xffffffffu, va, d);
-    const long long nc = __shfl_up_sync(0xffffffffu, vc, d);
-    if (lane >= d) {
-      va += na;
-      vc += nc;
-    }
-  }
-  if (lane == 31) {
-    s_a[warp] = va;
-    s_c[warp] = vc;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    long long wa = lane < kScanWarps ? s_a[lane] : 0;
-    long long wc = lane < kScanWarps ? s_c[lane] : 0;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const long long na = __shfl_up_sync(0xffffffffu, wa, d);
-      const long long nc = __shfl_up_sync(0xffffffffu, wc, d);
-      if (lane >= d) {
-        wa += na;
-        wc += nc;
-      }
-    }
-    if (lane < kScanWarps) {
-      s_a[lane] = wa;
-      s_c[lane] = wc;
-    }
-  }
-  __syncthreads();
-  if (warp > 0) {
-    va += s_a[warp - 1];
-    vc += s_c[warp - 1];
-  }
-  *a = va;
-  *c = vc;
-  *a_total = s_a[kScanWarps - 1];
-  *c_total = s_c[kScanWarps - 1];
-  __syncthreads();  // the next tile overwrites s_a / s_c
-}
 
 __global__ void __launch_bounds__(kScanThreads)
     EagleOffsetsKernel(const int32_t* __restrict__ draft_len, const int32_t* __restrict__ draft_enc,
@@ -90,6 +38,7 @@ __global__ void __launch_bounds__(kScanThreads)
                        const int32_t* __restrict__ target_len, int bsz, int token_num,
                        int capacity, int32_t* __restrict__ cu_in, int32_t* __restrict__ cu_out,
                        int32_t* __restrict__ output_token_num) {
+  __shared__ specworker::BlockScanStorage<long long, kScanThreads, 2> scan;
   long long carry_in = 0;
   long long carry_out = 0;
   if (threadIdx.x == 0) cu_out[0] = 0;
@@ -102,17 +51,15 @@ __global__ void __launch_bounds__(kScanThreads)
       const int32_t want = draft_len[b] <= 0 ? 0 : draft_enc[b] > 0 ? draft_enc[b] : accept_num[b];
       kept = min(static_cast<long long>(max(want, 0)), rows);
     }
-    long long in_incl = rows;
-    long long out_incl = kept;
-    long long in_total;
-    long long out_total;
-    BlockInclusiveSum2(&in_incl, &out_incl, &in_total, &out_total);
+    long long incl[2] = {rows, kept};  // inclusive sums of (L_t,b, k_b) within the tile
+    long long total[2];
+    specworker::BlockInclusiveScan<kScanThreads>(incl, total, scan, specworker::SumOp(), 0LL);
     if (b < bsz) {
-      cu_in[b] = static_cast<int32_t>(min(carry_in + in_incl - rows, static_cast<long long>(token_num)));
-      cu_out[b + 1] = static_cast<int32_t>(min(carry_out + out_incl, static_cast<long long>(capacity)));
+      cu_in[b] = static_cast<int32_t>(min(carry_in + incl[0] - rows, static_cast<long long>(token_num)));
+      cu_out[b + 1] = static_cast<int32_t>(min(carry_out + incl[1], static_cast<long long>(capacity)));
     }
-    carry_in += in_total;
-    carry_out += out_total;
+    carry_in += total[0];
+    carry_out += total[1];
   }
   if (threadIdx.x == 0) {
     *output_token_num = static_cast<int32_t>(min(carry_out, static_cast<long long>(capacity)));

@@ -6,8 +6,8 @@
 //        cu_seqlens_q = cu_seqlens_k [bsz + 1] i32, cap = token_num_cpu
 // Parallelization: one block of 256 threads per slot and no communication between blocks.
 // Block b reads all bsz lengths (each thread a strided subset; one block reduction of two
-// sums): those before b give its row start cu_q[b], all of them give T. Thread 0 writes
-// cu_q[b + 1] and cu_k[b + 1]; the threads then copy the slot's L_b tokens, one row each
+// sums, block_scan.cuh): those before b give its row start cu_q[b], all of them give T.
+// Thread 0 writes cu_q[b + 1] and cu_k[b + 1]; the threads then copy the slot's L_b tokens, one row each
 // (coalesced reads of the source row and coalesced writes). Rows [T, cap) get -1 through a
 // grid-stride loop over every block; when cap is large next to bsz, fill-only blocks are
 // added. Per-thread work is O(bsz / 256 + L_b / 256); the repeated length reads (bsz per
@@ -17,10 +17,11 @@
 // are not written, a token index past the source row's width (D or S) yields -1.
 #include "get_padding_offset.h"
 
+#include "block_scan.cuh"
+
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
 constexpr int kFillRowsPerBlock = 4 * kThreads;
 
 // Sums of max(lens[j], 0) over j < slot (*before) and over every j (*total), returned to
@@ -28,34 +29,16 @@ constexpr int kFillRowsPerBlock = 4 * kThreads;
 // wrap a row index negative.
 __device__ __forceinline__ void SumLengths(const int32_t* __restrict__ lens, int bsz, int slot,
                                            long long* before, long long* total) {
-  __shared__ long long s_before[kWarps];
-  __shared__ long long s_total[kWarps];
-  long long b_sum = 0;
-  long long t_sum = 0;
+  __shared__ specworker::BlockScanStorage<long long, kThreads, 2> storage;
+  long long sums[2] = {0, 0};  // (before, total)
   for (int j = threadIdx.x; j < bsz; j += kThreads) {
     const long long n = max(lens[j], 0);
-    t_sum += n;
-    if (j < slot) b_sum += n;
+    sums[1] += n;
+    if (j < slot) sums[0] += n;
   }
-#pragma unroll
-  for (int d = 16; d > 0; d >>= 1) {
-    b_sum += __shfl_xor_sync(0xffffffffu, b_sum, d);
-    t_sum += __shfl_xor_sync(0xffffffffu, t_sum, d);
-  }
-  if ((threadIdx.x & 31) == 0) {
-    s_before[threadIdx.x >> 5] = b_sum;
-    s_total[threadIdx.x >> 5] = t_sum;
-  }
-  __syncthreads();
-  b_sum = 0;
-  t_sum = 0;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
-    b_sum += s_before[w];
-    t_sum += s_total[w];
-  }
-  *before = b_sum;
-  *total = t_sum;
+  specworker::BlockSum<kThreads>(sums, storage);
+  *before = sums[0];
+  *total = sums[1];
 }
 
 __global__ void __launch_bounds__(kThreads)

@@ -28,9 +28,14 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "dtype_convert.cuh"
+
 #include "paged_attention.h"
 
 namespace {
+
+using specworker::FromFloat;
+using specworker::ToFloat;
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
@@ -49,21 +54,6 @@ struct Params {
   int bsz, num_heads, num_kv_heads, head_dim, num_blocks, block_size, max_blocks;
   float scale;
 };
-
-__device__ __forceinline__ float ToFloat(float x) { return x; }
-__device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float x);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float x) { return __float2half_rn(x); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 struct RowPos {
   int slot;      // -1: the row is not computed (padding or an out-of-range index)

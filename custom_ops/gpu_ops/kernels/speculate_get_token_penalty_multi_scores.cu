@@ -45,7 +45,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "dtype_convert.cuh"
+
 namespace {
+
+using specworker::FromFloat;
+using specworker::ToFloat;
 
 constexpr int kThreads = 512;
 constexpr int kHashBits = 12;
@@ -71,21 +76,6 @@ struct Params {
   int V, bsz, S, W, E, D;
   int chunk;  // vocab ids per block (the last chunk of a row may be shorter)
 };
-
-__device__ __forceinline__ float ToFloat(float x) { return x; }
-__device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float x);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float x) { return __float2half_rn(x); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 template <typename T>
 __device__ __forceinline__ float MaskValue() { return -1e10f; }

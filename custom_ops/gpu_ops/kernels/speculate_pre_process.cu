@@ -23,10 +23,11 @@
 // row's width yields -1.
 #include "speculate_pre_process.h"
 
+#include "block_scan.cuh"
+
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
 constexpr int kRows = kThreads;  // rows per block on each side, one per thread
 
 struct Params {
@@ -48,54 +49,6 @@ struct Params {
 // O_b (docs/spec.md §4.2) as speculate_get_seq_lens_output's kernel computes it.
 __device__ __forceinline__ int32_t OutputRows(int32_t n, int32_t e) {
   return n <= 0 ? 0 : (n == 1 || e != 0) ? 1 : n;
-}
-
-struct SumOp {
-  template <typename T>
-  __device__ T operator()(T a, T b) const { return a + b; }
-};
-struct MaxOp {
-  template <typename T>
-  __device__ T operator()(T a, T b) const { return a > b ? a : b; }
-};
-
-// Block-wide inclusive scan of two values per thread (a: input side, b: output side). All threads
-// must call it; *total_a / *total_b get the block's reductions.
-template <typename T, typename Op>
-__device__ __forceinline__ void BlockScan2(T& a, T& b, Op op, T identity, T* total_a, T* total_b) {
-  __shared__ T s_a[kWarps];
-  __shared__ T s_b[kWarps];
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const T na = __shfl_up_sync(0xffffffffu, a, d);
-    const T nb = __shfl_up_sync(0xffffffffu, b, d);
-    if (lane >= d) {
-      a = op(na, a);
-      b = op(nb, b);
-    }
-  }
-  if (lane == 31) {
-    s_a[warp] = a;
-    s_b[warp] = b;
-  }
-  __syncthreads();
-  T before_a = identity, before_b = identity, all_a = identity, all_b = identity;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) {  // 8 broadcast reads: cheaper than a second warp scan
-    if (w < warp) {
-      before_a = op(before_a, s_a[w]);
-      before_b = op(before_b, s_b[w]);
-    }
-    all_a = op(all_a, s_a[w]);
-    all_b = op(all_b, s_b[w]);
-  }
-  __syncthreads();  // s_a / s_b may be reused by the next call
-  a = op(before_a, a);
-  b = op(before_b, b);
-  *total_a = all_a;
-  *total_b = all_b;
 }
 
 // The block's row window on one side: which slot starts at each row (or covers the first row).
@@ -121,6 +74,8 @@ __global__ void __launch_bounds__(kThreads) SpeculatePreProcessKernel(Params p) 
   __shared__ long long s_in_start[kRows];
   __shared__ bool s_in_decode[kRows];
   __shared__ int32_t s_out_slot[kRows];
+  __shared__ specworker::BlockScanStorage<long long, kThreads, 2> s_sums;
+  __shared__ specworker::BlockScanStorage<int, kThreads, 2> s_pos;
   const Window in_w{s_in_slot, s_in_start, s_in_decode};
   const Window out_w{s_out_slot, nullptr, nullptr};
   const int tid = threadIdx.x;
@@ -138,10 +93,14 @@ __global__ void __launch_bounds__(kThreads) SpeculatePreProcessKernel(Params p) 
     in_sum += max(n, 0);
     out_sum += OutputRows(n, p.enc[s]);
   }
-  long long in_start = in_sum, out_start = out_sum, total_in, total_out;
-  BlockScan2(in_start, out_start, SumOp(), 0LL, &total_in, &total_out);  // also orders the -1 fill
-  in_start -= in_sum;  // exclusive: the run's first row on each side
-  out_start -= out_sum;
+  long long starts[2] = {in_sum, out_sum};
+  long long totals[2];
+  // Also orders the -1 fill before the marks below.
+  specworker::BlockInclusiveScan<kThreads>(starts, totals, s_sums, specworker::SumOp(), 0LL);
+  long long in_start = starts[0] - in_sum;  // exclusive: the run's first row on each side
+  long long out_start = starts[1] - out_sum;
+  const long long total_in = totals[0];
+  const long long total_out = totals[1];
 
   const long long row0 = static_cast<long long>(blockIdx.x) * kRows;
   const bool slot_writer = blockIdx.x == 0;
@@ -171,10 +130,11 @@ __global__ void __launch_bounds__(kThreads) SpeculatePreProcessKernel(Params p) 
   __syncthreads();
 
   // Row row0 + tid belongs to the slot marked at the largest marked position <= tid.
-  int in_pos = s_in_slot[tid] >= 0 ? tid : -1;
-  int out_pos = s_out_slot[tid] >= 0 ? tid : -1;
-  int unused_a, unused_b;
-  BlockScan2(in_pos, out_pos, MaxOp(), -1, &unused_a, &unused_b);
+  int pos[2] = {s_in_slot[tid] >= 0 ? tid : -1, s_out_slot[tid] >= 0 ? tid : -1};
+  int unused[2];
+  specworker::BlockInclusiveScan<kThreads>(pos, unused, s_pos, specworker::MaxOp(), -1);
+  const int in_pos = pos[0];
+  const int out_pos = pos[1];
 
   const long long t = row0 + tid;
   if (t < p.token_cap) {

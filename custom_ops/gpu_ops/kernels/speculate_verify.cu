@@ -23,6 +23,7 @@
 // not verified (accept_num 0, nothing else written) and a draft id outside [0, V) is rejected by
 // the rejection strategy; emitted ids come from the inputs or from [0, V).
 #include "speculate_verify.h"
+#include "block_scan.cuh"
 #include "counter_rng.h"
 
 namespace {
@@ -185,36 +186,6 @@ __global__ void VerifyScalarKernel(Params a) {
   em.Finish(a, b);
 }
 
-// Block-wide exclusive scan of one uint64 per thread; *total gets the block's sum.
-template <int kThreads>
-__device__ uint64_t BlockExclusiveScanU64(uint64_t v, uint64_t* warp_sums, uint64_t* total) {
-  constexpr int kWarps = kThreads / 32;
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  uint64_t incl = v;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const uint64_t n = __shfl_up_sync(0xffffffffu, incl, d);
-    if (lane >= d) incl += n;
-  }
-  if (lane == 31) warp_sums[warp] = incl;
-  __syncthreads();
-  if (warp == 0) {
-    uint64_t w = lane < kWarps ? warp_sums[lane] : 0;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const uint64_t n = __shfl_up_sync(0xffffffffu, w, d);
-      if (lane >= d) w += n;
-    }
-    if (lane < kWarps) warp_sums[lane] = w;  // inclusive warp totals
-  }
-  __syncthreads();
-  const uint64_t before = warp > 0 ? warp_sums[warp - 1] : 0;
-  *total = warp_sums[kWarps - 1];
-  __syncthreads();  // warp_sums is reused by the next scan
-  return before + incl - v;
-}
-
 enum DrawMode : int { kNoDraw = 0, kDrawTarget = 1, kDrawResidual = 2 };
 
 // Rejection sampling (Leviathan et al.): accept draft x at row r with probability
@@ -224,7 +195,7 @@ template <int kThreads>
 __global__ void __launch_bounds__(kThreads) VerifyRejectionKernel(Params a) {
   using namespace specworker::rng;
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block must be whole warps");
-  __shared__ uint64_t warp_sums[kThreads / 32];
+  __shared__ specworker::BlockScanStorage<uint64_t, kThreads> scan;
   __shared__ int mode;
   __shared__ int64_t row, draft_id, qrow;
   __shared__ uint32_t bits;
@@ -295,8 +266,9 @@ __global__ void __launch_bounds__(kThreads) VerifyRejectionKernel(Params a) {
     if (residual) mine_r += residual_w(v, pu);
   }
   uint64_t total_p, total_r = 0, excl_r = 0;
-  const uint64_t excl_p = BlockExclusiveScanU64<kThreads>(mine_p, warp_sums, &total_p);
-  if (residual) excl_r = BlockExclusiveScanU64<kThreads>(mine_r, warp_sums, &total_r);
+  // Exclusive scans: the mass before this thread's ids.
+  const uint64_t excl_p = specworker::BlockInclusiveScan<kThreads>(mine_p, scan, &total_p) - mine_p;
+  if (residual) excl_r = specworker::BlockInclusiveScan<kThreads>(mine_r, scan, &total_r) - mine_r;
   const bool use_r = total_r > 0;
   const uint64_t total = use_r ? total_r : total_p;
   const uint64_t excl = use_r ? excl_r : excl_p;

@@ -1,16 +1,16 @@
-"""ctypes binding of specworker_speculate_verify_launch, shared by the GPU tests and
-benchmarks/gpu_verify.py. A case (tests/verify_cases.py) goes to the device as CuPy arrays; the
-launcher gets their pointers, the sizes derived from their shapes and the resolved modes."""
+"""ctypes call of specworker_speculate_verify_launch from a verify case, shared by the GPU tests and
+benchmarks/gpu_verify.py. A case (tests/verify_cases.py: a dict of the op's keyword arguments) goes
+to the device as CuPy arrays; the launcher gets their pointers, the sizes derived from their shapes
+and the resolved modes."""
 
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 
-from tests.gpu.harness import kernels_lib, ptr, stream
-from tests.verify_cases import OUT_FIELDS, resolve_modes
+from kernel_harness import launchers
+from kernel_harness.build import ptr, stream
 
+NAME = "specworker_speculate_verify_launch"
 # Pointer arguments in the launcher's order (speculate_verify.h); None is passed as NULL.
 POINTER_FIELDS = (
     "sampled_token_ids", "accept_tokens", "accept_num", "step_idx", "stop_flags", "seq_lens_encoder",
@@ -18,18 +18,25 @@ POINTER_FIELDS = (
     "is_block_step", "cu_seqlens_q_output", "actual_candidate_len", "topp", "target_probs", "draft_probs",
     "infer_seed", "reasoning_status",
 )
-# bsz, max_draft_tokens, num_rows, max_candidate_len, vocab_size, num_end_tokens, verify_window,
-# verify_strategy, accept_policy, enable_topp
-NUM_INT_ARGS = 10
-ARGTYPES = [ctypes.c_void_p] * len(POINTER_FIELDS) + [ctypes.c_int] * NUM_INT_ARGS + [ctypes.c_void_p]
+OUT_FIELDS = ("accept_tokens", "accept_num", "step_idx", "stop_flags")
+STRATEGIES = ("topp", "greedy", "target_match", "rejection")  # index = the launcher's enum
+POLICIES = ("normal", "accept_all", "reject_all")
+
+
+def resolve_modes(case: dict) -> tuple[int, int]:
+    """(strategy, policy) as the launcher's ints: reject_all/benchmark_mode win over accept_all."""
+    strategy = STRATEGIES.index(case.get("verify_strategy", "topp"))
+    policy = case.get("accept_policy", "normal")
+    if policy == "reject_all" or case.get("benchmark_mode", False):
+        policy = "reject_all"
+    elif policy == "accept_all" or case.get("accept_all_drafts", False):
+        policy = "accept_all"
+    return strategy, POLICIES.index(policy)
 
 
 def raw_launcher():
     """The extern "C" launcher; returns the cudaError_t as int and does not synchronize."""
-    fn = kernels_lib().specworker_speculate_verify_launch
-    fn.argtypes = ARGTYPES
-    fn.restype = ctypes.c_int
-    return fn
+    return launchers.raw_launcher(NAME)
 
 
 def to_device(cp, case: dict) -> dict:
@@ -50,8 +57,5 @@ def launch_args(case: dict, dev: dict) -> list:
 def run_verify_cuda(cp, case: dict) -> dict:
     """Launches on the current stream, waits, returns the four updated arrays as numpy."""
     dev = to_device(cp, case)
-    err = raw_launcher()(*launch_args(case, dev))
-    if err != 0:
-        raise RuntimeError(f"specworker_speculate_verify_launch returned cudaError {err}")
-    cp.cuda.get_current_stream().synchronize()
+    launchers.launcher(NAME)(*launch_args(case, dev))
     return {f: cp.asnumpy(dev[f]) for f in OUT_FIELDS}
