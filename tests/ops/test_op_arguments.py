@@ -25,11 +25,7 @@ from specworker.model_executor import ops
 from specworker.model_executor.ops import _extension
 
 REPO = Path(__file__).resolve().parents[2]
-# Ops whose C++ side is gone while their wrapper still awaits removal from the package.
-# TODO(lead): drop get_cu_seqlens from specworker/model_executor/ops (index_ops.py, __init__.py), then this.
-REMOVED_OPS = ("get_cu_seqlens",)
-WRAPPERS = {name: getattr(ops, name) for name in ops.__all__
-            if hasattr(getattr(ops, name), "tensor_params") and name not in REMOVED_OPS}
+WRAPPERS = {name: getattr(ops, name) for name in ops.__all__ if hasattr(getattr(ops, name), "tensor_params")}
 REQUIRED = [(op, arg) for op, w in WRAPPERS.items() for arg, required in w.tensor_params.items() if required]
 OPTIONAL = [(op, arg) for op, w in WRAPPERS.items() for arg, required in w.tensor_params.items() if not required]
 # Inputs the C++ op requires but the wrapper fills when given None (a FastDeploy form without them).

@@ -8,7 +8,6 @@ wrappers live by op family (index_ops, sampling_ops, state_ops, ngram_ops, model
 
 from specworker.model_executor.ops._extension import OpsNotBuiltError, _check_current, load_ops  # noqa: F401
 from specworker.model_executor.ops.index_ops import (  # noqa: F401
-    get_cu_seqlens,
     PaddingOffsetOutput,
     get_padding_offset,
     speculate_get_seq_lens_output,
@@ -45,7 +44,6 @@ from specworker.model_executor.ops.model_ops import (  # noqa: F401
 __all__ = [
     "OpsNotBuiltError",
     "load_ops",
-    "get_cu_seqlens",
     "PaddingOffsetOutput",
     "get_padding_offset",
     "speculate_get_seq_lens_output",

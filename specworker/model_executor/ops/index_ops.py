@@ -1,6 +1,6 @@
 """Wrappers of the index ops: packing (get_padding_offset), output rows (speculate_get_seq_lens_output),
-the fused pre_process op (speculate_pre_process), the logit-row gather (rebuild_padding) and the
-trivial get_cu_seqlens."""
+the fused pre_process op (speculate_pre_process), and the logit-row gather
+(rebuild_padding)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,6 @@ import numbers
 import paddle
 
 from specworker.model_executor.ops._extension import _run, op_wrapper
-
-
-@op_wrapper
-def get_cu_seqlens(seq_lens: paddle.Tensor) -> paddle.Tensor:
-    """Exclusive prefix sum of per-slot lengths.
-
-    Args:
-        seq_lens: [bsz] (or [bsz, 1]) int32 lengths, >= 0.
-    Returns:
-        cu_seqlens: [bsz + 1] int32, cu_seqlens[0] = 0, cu_seqlens[bsz] = sum(seq_lens).
-    Example: seq_lens [2, 0, 3] -> cu_seqlens [0, 2, 2, 5].
-    """
-    out = _run("get_cu_seqlens", seq_lens)
-    return out[0] if isinstance(out, (list, tuple)) else out
 
 
 class PaddingOffsetOutput(NamedTuple):
