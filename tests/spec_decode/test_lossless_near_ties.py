@@ -1,8 +1,9 @@
-"""Lossless where numerics decide: greedy requests whose decoding passes a near tie (top-2 logit gap < 1e-4,
-found by tools/find_near_ties.py over 196k greedy steps of the tiny target; tests/data/near_ties_tiny.json).
-Speculative output must equal non-speculative output through the tie. The control swaps the batch-invariant
-linear for paddle.matmul (oneDNN picks its summation order from the row count) and shows that the same
-end-to-end comparison then fails: this test sees numerics drift, which random requests alone did not."""
+"""Lossless where numerics decide, on the built-in tiny pair: greedy requests whose decoding passes a near tie
+(top-2 logit gap < 1e-4, found by tools/find_near_ties.py over 590k greedy steps of the tiny target;
+tests/data/near_ties_tiny.json). Speculative output must equal non-speculative output through the tie. The control
+swaps the batch-invariant linear for paddle.matmul (oneDNN picks its summation order from the row count) and shows
+that the same end-to-end comparison then fails: this test sees numerics drift, which random requests alone did not.
+test_lossless_near_ties_smollm2.py does the same on the real default model."""
 
 from __future__ import annotations
 
