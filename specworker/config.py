@@ -48,6 +48,7 @@ MAX_SUFFIX_CACHED_REQUESTS = 100_000  # suffix: finished requests in the global 
 VERIFY_STRATEGIES = ("greedy", "topp", "target_match", "rejection")
 LOSSY_VERIFY_STRATEGIES = ("topp",)  # sampled requests do not keep the target's distribution
 ACCEPT_POLICIES = ("normal", "accept_all", "reject_all")
+MTP_STRATEGIES = ("default", "with_ngram")  # with_ngram: hybrid_mtp_ngram extends the MTP drafts
 MAX_NUM_SPECULATIVE_TOKENS = 5  # FastDeploy's bound on k and on num_model_steps
 MAX_NGRAM_SIZE = 64  # ngram_match's bound on max_ngram_size
 MAX_CANDIDATE_LENS = tuple(range(1, 11)) + tuple(range(20, 101, 10))  # top_p_candidates' supported C
@@ -168,7 +169,9 @@ class SpeculativeConfig:
     suffix tree per request over its prompt and output (and one over recent requests' outputs) proposes
     the most frequent continuation of the longest matching context, as long as its estimated probability
     stays >= suffix_min_token_prob. Without a proposer, k must be 0 and `num_model_steps` / `model` unset;
-    verify settings are then unused. The n-gram sizes are ngram's only, the suffix_* keys suffix's only.
+    verify settings are then unused. `mtp_strategy: with_ngram` (method mtp, k > num_model_steps): after the
+    MTP drafts, hybrid_mtp_ngram appends n-gram lookup drafts up to k in all (FastDeploy's hybrid). The
+    n-gram sizes are ngram's and with_ngram's only, the suffix_* keys suffix's only.
     """
 
     SECTION: ClassVar[str] = "speculative_config"
@@ -184,6 +187,7 @@ class SpeculativeConfig:
     max_candidate_len: int = 5  # C of top_p_candidates (topp)
     verify_window: int = 2  # FastDeploy's topp verify window; no effect (docs/architecture.md, Top-p verification)
     benchmark_mode: bool = False  # reject every draft (acceptance 0), for measuring overhead
+    mtp_strategy: str = "default"  # mtp: "with_ngram" extends the MTP drafts by n-gram lookup up to k
     max_ngram_size: int = 3  # ngram: longest suffix looked up (FastDeploy's default 5)
     min_ngram_size: int = 1  # ngram: shortest suffix looked up (FastDeploy's default 2)
     suffix_max_depth: int = 24  # suffix: tree depth = longest matched context + draft (vLLM's default 24)
@@ -197,6 +201,7 @@ class SpeculativeConfig:
         check_choice(f"{s}.method", self.method, METHODS)
         check_choice(f"{s}.verify_strategy", self.verify_strategy, VERIFY_STRATEGIES)
         check_choice(f"{s}.accept_policy", self.accept_policy, ACCEPT_POLICIES)
+        check_choice(f"{s}.mtp_strategy", self.mtp_strategy, MTP_STRATEGIES)
         check(self.max_candidate_len in MAX_CANDIDATE_LENS, f"{s}.max_candidate_len", self.max_candidate_len,
               "1..10 or 20..100 in steps of 10", "unsupported candidate count")
         check_at_least(f"{s}.verify_window", self.verify_window, 1)
@@ -224,6 +229,13 @@ class SpeculativeConfig:
               "a draft checkpoint path or " + ", ".join(map(repr, BUILTIN_DRAFTS)), "method 'mtp' needs draft weights")
         check(not self.model.startswith(BUILTIN_PREFIX) or self.model in BUILTIN_DRAFTS, f"{s}.model", self.model,
               "a draft checkpoint path or " + ", ".join(map(repr, BUILTIN_DRAFTS)), "unknown built-in draft model")
+        if self.with_ngram:
+            check(k > steps, f"{s}.num_speculative_tokens", k,
+                  f"> num_model_steps = {steps} with mtp_strategy 'with_ngram'",
+                  "the n-gram drafts fill the draft slots after the MTP drafts")
+            check(self.verify_strategy != "rejection", f"{s}.verify_strategy", self.verify_strategy,
+                  "greedy, topp or target_match with mtp_strategy 'with_ngram'",
+                  "rejection needs a draft distribution, which n-gram drafts do not have")
 
     # Keys that only one method reads; with any other method they must keep their defaults.
     METHOD_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -232,15 +244,19 @@ class SpeculativeConfig:
     }
 
     def _check_method_keys(self, s: str) -> None:
+        check(self.mtp_strategy == "default" or self.method == "mtp", f"{s}.mtp_strategy", self.mtp_strategy,
+              "'default' (or method: mtp)", f"method {self.method!r} has no MTP drafts to extend")
         for method, names in self.METHOD_KEYS.items():
-            if self.method == method:
+            if self.method == method or (method == "ngram" and self.with_ngram):
                 continue
             why = f"method {self.method!r} does not read it"
+            if method == "ngram" and self.method == "mtp":
+                why = "method 'mtp' reads it only with mtp_strategy 'with_ngram'"
             for name in names:
                 default = self.__dataclass_fields__[name].default
                 check(getattr(self, name) == default, f"{s}.{name}", getattr(self, name),
                       f"{show(default)}, the default (or method: {method})", why)
-        if self.method == "ngram":
+        if self.method == "ngram" or self.with_ngram:
             lo, hi = self.min_ngram_size, self.max_ngram_size
             check(1 <= lo <= MAX_NGRAM_SIZE, f"{s}.min_ngram_size", lo, f"1..{MAX_NGRAM_SIZE}", "out of range")
             check(lo <= hi <= MAX_NGRAM_SIZE, f"{s}.max_ngram_size", hi, f"min_ngram_size = {lo}..{MAX_NGRAM_SIZE}",
@@ -261,6 +277,11 @@ class SpeculativeConfig:
     def enabled(self) -> bool:
         """The speculative path (sampler, output-side indices) runs: method naive, mtp, ngram or suffix (FastDeploy)."""
         return self.method != "none"
+
+    @property
+    def with_ngram(self) -> bool:
+        """MTP drafts are extended by n-gram lookup (method mtp, mtp_strategy with_ngram)."""
+        return self.method == "mtp" and self.mtp_strategy == "with_ngram"
 
     @property
     def needs_proposer(self) -> bool:

@@ -48,6 +48,7 @@ def patched(patch: dict) -> dict:
 # Patches turning BASE into a valid ngram / suffix config (no draft model).
 NGRAM = {"speculative_config.method": "ngram", "speculative_config.model": DELETE}
 SUFFIX = {"speculative_config.method": "suffix", "speculative_config.model": DELETE}
+WITH_NGRAM = {"speculative_config.mtp_strategy": "with_ngram"}  # BASE's MTP drafts extended by n-gram lookup
 
 
 def write(tmp_path: Path, data) -> Path:
@@ -66,8 +67,8 @@ BAD_CONFIGS = [
         "model, scheduler, speculative_config, device, seed, debug_checks"),
     bad("unknown_model_key", {"model.pth": "x"}, "model.pth", "'x'", "path, dtype, vocab_size"),
     bad("unknown_scheduler_key", {"scheduler.max_seqs": 4}, "scheduler.max_seqs", "4", "max_num_seqs, max_model_len"),
-    bad("unsupported_fastdeploy_key", {"speculative_config.mtp_strategy": "default"},
-        "speculative_config.mtp_strategy", "'default'", "method, num_speculative_tokens, num_model_steps"),
+    bad("unsupported_fastdeploy_key", {"speculative_config.quantization": "WINT8"},
+        "speculative_config.quantization", "'WINT8'", "method, num_speculative_tokens, num_model_steps"),
     # wrong types
     bad("int_given_as_string", {"scheduler.max_num_seqs": "4"}, "scheduler.max_num_seqs", "'4'", "an integer"),
     bad("bool_is_not_an_int", {"scheduler.block_size": True}, "scheduler.block_size", "true", "an integer"),
@@ -156,6 +157,22 @@ BAD_CONFIGS = [
         "5", "3, the default (or method: ngram)"),
     bad("ngram_size_with_method_none", {"speculative_config": {"method": "none", "min_ngram_size": 2}},
         "speculative_config.min_ngram_size", "2", "1, the default (or method: ngram)"),
+    # mtp_strategy (BASE is method mtp, k = 3, num_model_steps = 1)
+    bad("bad_mtp_strategy", {"speculative_config.mtp_strategy": "ngram"}, "speculative_config.mtp_strategy",
+        "'ngram'", "'default', 'with_ngram'"),
+    bad("with_ngram_with_method_ngram", {**NGRAM, "speculative_config.mtp_strategy": "with_ngram"},
+        "speculative_config.mtp_strategy", "'with_ngram'", "'default' (or method: mtp)"),
+    bad("with_ngram_with_method_none", {"speculative_config": {"method": "none", "mtp_strategy": "with_ngram"}},
+        "speculative_config.mtp_strategy", "'with_ngram'", "'default' (or method: mtp)"),
+    bad("with_ngram_without_room_after_mtp", {**WITH_NGRAM, "speculative_config.num_model_steps": 3},
+        "speculative_config.num_speculative_tokens", "3", "> num_model_steps = 3 with mtp_strategy 'with_ngram'"),
+    bad("with_ngram_with_rejection", {**WITH_NGRAM, "speculative_config.verify_strategy": "rejection"},
+        "speculative_config.verify_strategy", "'rejection'",
+        "greedy, topp or target_match with mtp_strategy 'with_ngram'"),
+    bad("with_ngram_min_above_max", {**WITH_NGRAM, "speculative_config.min_ngram_size": 4},
+        "speculative_config.max_ngram_size", "3", "min_ngram_size = 4..64"),
+    bad("with_ngram_max_size_above_64", {**WITH_NGRAM, "speculative_config.max_ngram_size": 65},
+        "speculative_config.max_ngram_size", "65", "min_ngram_size = 1..64"),
     # method suffix (BASE turned into a suffix config by SUFFIX; k = 3)
     bad("suffix_depth_below_k_plus_1", {**SUFFIX, "speculative_config.suffix_max_depth": 3},
         "speculative_config.suffix_max_depth", "3", "num_speculative_tokens + 1 = 4..64"),
@@ -250,6 +267,18 @@ def test_ngram_config_defaults_and_values():
     assert (spec.max_ngram_size, spec.min_ngram_size) == (5, 5)  # min == max is allowed
     shipped = load_config(REPO / "configs" / "ngram_tiny.yaml").speculative_config
     assert (shipped.method, shipped.model, shipped.num_model_steps) == ("ngram", None, 1)
+
+
+def test_with_ngram_config_defaults_and_values():
+    spec = config_from_dict(patched(WITH_NGRAM)).speculative_config
+    assert spec.with_ngram and (spec.max_ngram_size, spec.min_ngram_size) == (3, 1)
+    sizes = {"speculative_config.max_ngram_size": 5, "speculative_config.min_ngram_size": 2}
+    spec = config_from_dict(patched({**WITH_NGRAM, **sizes})).speculative_config
+    assert (spec.max_ngram_size, spec.min_ngram_size) == (5, 2)
+    assert not config_from_dict(patched({})).speculative_config.with_ngram  # mtp_strategy default
+    shipped = load_config(REPO / "configs" / "mtp_tiny_with_ngram.yaml").speculative_config
+    assert (shipped.method, shipped.mtp_strategy, shipped.num_model_steps, shipped.num_speculative_tokens) == (
+        "mtp", "with_ngram", 2, 3)
 
 
 def test_config_dataclasses_are_frozen():

@@ -42,6 +42,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "ngram_search.h"
 #include "op_checks.h"
 
 #ifdef SPECWORKER_WITH_CUDA
@@ -152,19 +153,13 @@ int64_t MatchSlot(const Slots& s, int64_t b, int64_t budget, int max_ngram_size,
                   int min_ngram_size) {
   if (budget <= 0) return 0;
   const int64_t length = s.prompt_len[b] + s.step_idx[b];
-  for (int n = max_ngram_size; n >= min_ngram_size; --n) {
-    if (length < n + 1) continue;  // the suffix plus an earlier start
-    for (int64_t i = length - n - 1; i >= 0; --i) {
-      int j = 0;
-      while (j < n && s.Token(b, i + j) == s.Token(b, length - n + j)) ++j;
-      if (j < n) continue;
-      const int64_t start = i + n;
-      const int64_t m = std::min(budget, length - start);
-      for (int64_t t = 0; t < m; ++t) s.drafts[b * s.D + 1 + t] = s.Token(b, start + t);
-      return m;
-    }
-  }
-  return 0;
+  const auto token = [&s, b](int64_t x) { return s.Token(b, x); };
+  const int64_t start =
+      specworker::NgramContinuationStart(token, length, max_ngram_size, min_ngram_size);
+  if (start < 0) return 0;
+  const int64_t m = std::min(budget, length - start);
+  for (int64_t t = 0; t < m; ++t) s.drafts[b * s.D + 1 + t] = s.Token(b, start + t);
+  return m;
 }
 
 void NgramMatchCPU(const Slots& s, int64_t bsz, int max_ngram_size, int max_draft_tokens,

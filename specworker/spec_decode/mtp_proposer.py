@@ -1,6 +1,7 @@
 """MTPProposer: drafts k tokens per running slot with the MTP module (docs/spec.md §5; FastDeploy's flow in
 docs/spec.md §8.18): draft_model_preprocess -> eagle_get_hidden_states -> num_model_steps x
-(pre_process -> MTP forward -> logit rows -> greedy draft -> draft_model_update) -> draft_model_postprocess.
+(pre_process -> MTP forward -> logit rows -> greedy draft -> draft_model_update) -> draft_model_postprocess
+[-> hybrid_mtp_ngram with mtp_strategy with_ngram, docs/spec.md §5.8].
 Its batch (DRAFT_BUFFERS) follows the target's row moves; its KV cache shares the target's block tables.
 """
 
@@ -31,7 +32,8 @@ class MTPProposer(Proposer):
     """MTP drafts: greedy (argmax of the draft's logits), or sampled from the request's sampling
     distribution under rejection verification, which needs the distributions (`draft_probs`). Substep s
     writes the target's draft_tokens[b, s + 1]; with num_model_steps < k the remaining columns stay -1 and
-    the target verifies 1 + num_model_steps tokens. Its batch follows the target batch's row moves.
+    the target verifies 1 + num_model_steps tokens, unless mtp_strategy with_ngram fills them by n-gram
+    lookup in the slot's prompt + generated tokens + MTP drafts. Its batch follows the target batch's row moves.
 
     Vocabulary: the draft prompt is the target prompt shifted left by one (draft position i holds
     token i + 1, paired with the target's hidden row of position i); after a prefill the draft's last
@@ -45,6 +47,8 @@ class MTPProposer(Proposer):
         self.num_model_steps = spec.num_model_steps
         self.k = spec.num_speculative_tokens
         self.max_model_len = config.scheduler.max_model_len
+        # (max_ngram_size, min_ngram_size) of hybrid_mtp_ngram, None without mtp_strategy with_ngram
+        self.ngram_sizes = (spec.max_ngram_size, spec.min_ngram_size) if spec.with_ngram else None
         if draft is None:
             draft = load_mtp(spec.model, target, place, linear_weight_dtype=config.model.linear_weight_dtype)
         self.draft = draft
@@ -130,4 +134,16 @@ class MTPProposer(Proposer):
                 d["not_need_stop"], t.max_dec_len, t.eos_token_id, t.draft_tokens, self.max_model_len, substep)
         ops.draft_model_postprocess(t.draft_tokens, t.seq_lens_this_time, t.seq_lens_encoder, t.stop_flags,
                                     t.is_block_step)
+        if self.ngram_sizes is not None:
+            self._extend_with_ngram(t)
         return ProposerOutput.of(inputs, self.draft_probs)
+
+    def _extend_with_ngram(self, t: ProposerInputs) -> None:
+        """Slots whose MTP chain is complete get n-gram drafts after it, up to k in all (and the adaptive
+        budget and room caps of ngram_match); the history is the target's prompt_ids + pre_ids, PER_SLOT
+        buffers that every row move of the batch carries, followed by the MTP drafts."""
+        max_ngram_size, min_ngram_size = self.ngram_sizes
+        ops.hybrid_mtp_ngram(
+            t.prompt_ids, t.prompt_lens, t.pre_ids, t.step_idx, t.actual_draft_token_nums, t.draft_tokens,
+            t.seq_lens_this_time, t.seq_lens_decoder, t.max_dec_len, max_ngram_size, min_ngram_size, self.k,
+            self.num_model_steps, seq_lens_encoder=t.seq_lens_encoder)

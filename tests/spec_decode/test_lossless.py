@@ -1,7 +1,8 @@
 """Lossless speculative decoding (CPU, built-in tiny pair): greedy MTP, ngram and suffix output equals greedy
 non-speculative output token for token, for randomized requests with staggered arrivals, aborts, reorders and
 condenses, chunked prefill, penalties, stop tokens and max_tokens hit mid-acceptance; MTP with k in {1, 2, 3},
-num_model_steps in {1, k}; ngram with k in {1, 2, 3} and three n-gram ranges; suffix with k in {1, 2, 3}, with and
+num_model_steps in {1, k}; MTP + n-gram (mtp_strategy with_ngram) with (k, num_model_steps) in {(3, 1), (3, 2)};
+ngram with k in {1, 2, 3} and three n-gram ranges; suffix with k in {1, 2, 3}, with and
 without the global tree. Oracle and adversarial drafters pin acceptance at 1 and 0."""
 
 import dataclasses
@@ -20,6 +21,9 @@ LOSSLESS_RUNS = []  # (k, steps, compared requests), reported by test_lossless_r
 NGRAM_SHAPES = [(1, (1, 1)), (2, (2, 2)), (3, (3, 1))]  # (k, (max_ngram_size, min_ngram_size))
 NGRAM_REQUESTS_PER_SHAPE = 70  # 210 requests over the three shapes (some aborted)
 NGRAM_RUNS = []  # compared requests per ngram shape, reported by test_ngram_lossless_request_count
+HYBRID_SHAPES = [(3, 1, (3, 1)), (3, 2, (2, 1))]  # (k, num_model_steps, (max_ngram_size, min_ngram_size))
+HYBRID_REQUESTS_PER_SHAPE = 60  # 120 requests over the two shapes (some aborted)
+HYBRID_RUNS = []  # compared requests per hybrid shape, reported by test_mtp_with_ngram_lossless_request_count
 SUFFIX_SHAPES = [(1, {}), (2, {"max_depth": 6, "max_cached_requests": 0}),  # (k, suffix_* keys)
                  (3, {"max_spec_factor": 2.0, "min_token_prob": 0.0, "max_cached_requests": 4})]
 SUFFIX_REQUESTS_PER_SHAPE = 50  # 150 requests over the three shapes (some aborted)
@@ -108,6 +112,36 @@ def test_ngram_lossless_request_count():
     if len(NGRAM_RUNS) < len(NGRAM_SHAPES):
         pytest.skip("run with the whole module to count the ngram lossless requests")
     assert sum(NGRAM_RUNS) >= 100  # aborted requests are not compared
+
+
+@pytest.mark.parametrize("k,steps,sizes", HYBRID_SHAPES)
+def test_mtp_with_ngram_greedy_output_equals_non_speculative(k, steps, sizes):
+    """MTP drafts `steps` tokens, hybrid_mtp_ngram extends them up to k from the slot's own history (target
+    batch buffers moved by every reorder). Drafts longer than `steps` must occur and some of those extra
+    drafts must be accepted, so the test cannot pass with the op doing nothing."""
+    seed = 700 + 10 * k + steps
+    reqs = _repetitive_prompts(_requests(seed, HYBRID_REQUESTS_PER_SHAPE), seed)
+    sched = dict(max_num_batched_tokens=24)  # chunked prefill mixed with decode
+    baseline = drive(Worker(make_config(**sched)), [dataclasses.replace(r, abort_at=None) for r in reqs])
+    worker = Worker(make_config("mtp", k=k, steps=steps, mtp_strategy="with_ngram", ngram_sizes=sizes, **sched))
+    spec = drive(worker, reqs, between=_shuffler(k * 17 + steps))
+    survivors = [r.req_id for r in reqs if r.abort_at is None or r.req_id in spec]
+    assert len(survivors) >= HYBRID_REQUESTS_PER_SHAPE // 2
+    for req_id in survivors:
+        assert spec[req_id] == baseline[req_id], req_id
+    stats = worker.spec_stats
+    # drafted_per_position[steps]: verify steps that fed more than the `steps` MTP drafts
+    assert stats.drafted_per_position[steps] > 0, stats.drafted_per_position
+    assert stats.accepted_per_position[steps] > 0, stats.accepted_per_position
+    assert stats.num_accepted < stats.num_drafted, (stats.num_accepted, stats.num_drafted)
+    HYBRID_RUNS.append(len(survivors))
+
+
+def test_mtp_with_ngram_lossless_request_count():
+    """Runs after the hybrid runs: together they compared >= 100 requests."""
+    if len(HYBRID_RUNS) < len(HYBRID_SHAPES):
+        pytest.skip("run with the whole module to count the hybrid lossless requests")
+    assert sum(HYBRID_RUNS) >= 100  # aborted requests are not compared
 
 
 @pytest.mark.parametrize("k,suffix", SUFFIX_SHAPES)

@@ -14,11 +14,14 @@ from specworker.worker.worker import Worker
 SCHEDULER = dict(max_num_seqs=4, max_model_len=96, block_size=8, num_blocks=64, max_num_batched_tokens=64)
 
 
-def make_config(method="none", k=0, steps=1, strategy="greedy", ngram_sizes=(3, 1), suffix=None, **scheduler):
+def make_config(method="none", k=0, steps=1, strategy="greedy", ngram_sizes=(3, 1), suffix=None,
+                mtp_strategy="default", **scheduler):
     spec = {"method": method}
     if method == "mtp":
         spec.update(num_speculative_tokens=k, num_model_steps=steps, model="builtin:tiny-mtp",
-                    verify_strategy=strategy)
+                    verify_strategy=strategy, mtp_strategy=mtp_strategy)
+    if mtp_strategy == "with_ngram":  # (max_ngram_size, min_ngram_size) of hybrid_mtp_ngram
+        spec.update(max_ngram_size=ngram_sizes[0], min_ngram_size=ngram_sizes[1])
     if method == "ngram":  # (max_ngram_size, min_ngram_size)
         spec.update(num_speculative_tokens=k, verify_strategy=strategy, max_ngram_size=ngram_sizes[0],
                     min_ngram_size=ngram_sizes[1])

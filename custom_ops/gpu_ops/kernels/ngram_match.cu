@@ -7,21 +7,19 @@
 //   in/out: draft_tokens [>= bsz, D] i64 (columns 1 ..), seq_lens_this_time [bsz] i32
 // Parallelization: one block of kThreads threads per slot (grid = bsz, so any bsz), no scratch
 // buffer, no atomics, no host sync. The slot's history is h = prompt ++ generated, length Lh.
-// Instead of FastDeploy's loop over n and start positions, each thread takes end positions
-// e = tid, tid + kThreads, ... <= Lh - 2 (consecutive threads read consecutive tokens) and counts
-// c(e), how many tokens h[e], h[e - 1], ... agree with the suffix h[Lh - 1], h[Lh - 2], ... (held
-// in shared memory), capped at max_ngram_size. The largest key (c << 32 | e) with
-// c >= min_ngram_size, from one block max-reduction, is the CPU op's answer: the largest capped
-// c is the longest n that has an earlier occurrence, and the largest e with it is its most recent
-// occurrence. The block then writes the m = min(budget, Lh - 1 - e) tokens after e and the -1 tail.
+// Instead of FastDeploy's loop over n and start positions, the block runs
+// specworker_ngram::BlockContinuationStart (ngram_search.cuh, shared with hybrid_mtp_ngram): one pass
+// of the threads over the end positions of candidate occurrences and one block max-reduction give
+// the CPU op's answer. The block then writes the m = min(budget, Lh - start) tokens from start and
+// the -1 tail.
 // Bounds: input_ids_len is clamped to [0, S_in] and step_idx to [0, S - 1] for the history (the
 // CPU op raises instead); rows >= bsz and column 0 of draft_tokens are never touched.
 #include "ngram_match.h"
+#include "ngram_search.cuh"
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+using specworker_ngram::kThreads;
 constexpr int kMaxNgram = SPECWORKER_NGRAM_MAX_SIZE;
 
 struct History {
@@ -29,23 +27,10 @@ struct History {
   const int64_t* generated;  // row b of pre_ids; token j (1-based) at generated[j]
   long long prompt_len;
 
-  __device__ __forceinline__ int64_t operator[](long long x) const {
+  __device__ __forceinline__ int64_t operator()(long long x) const {
     return x < prompt_len ? prompt[x] : generated[x - prompt_len + 1];
   }
 };
-
-// Max of v over the block; every thread gets the result. Called by all threads of the block.
-__device__ __forceinline__ long long BlockMax(long long v) {
-  __shared__ long long warp_max[kWarps];
-#pragma unroll
-  for (int d = 16; d > 0; d >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, d));
-  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = v;
-  __syncthreads();
-  long long result = warp_max[0];
-#pragma unroll
-  for (int w = 1; w < kWarps; ++w) result = max(result, warp_max[w]);
-  return result;
-}
 
 __global__ void __launch_bounds__(kThreads)
     NgramMatchKernel(const int64_t* __restrict__ input_ids, const int64_t* __restrict__ prompt_lens,
@@ -66,36 +51,17 @@ __global__ void __launch_bounds__(kThreads)
   using ll = long long;
   const ll p = min(max(static_cast<ll>(prompt_lens[b]), 0LL), static_cast<ll>(S_in));
   const ll g = min(max(static_cast<ll>(step_idx[b]), 0LL), static_cast<ll>(S - 1));
-  const long long length = p + g;
-  const History h{input_ids + static_cast<long long>(b) * S_in,
-                  pre_ids + static_cast<long long>(b) * S, p};
-  const long long room = static_cast<long long>(max_dec_len[b]) - step_idx[b] - 1;
-  const long long budget =
-      min(min(static_cast<long long>(draft_token_num[b]), static_cast<long long>(max_draft_tokens)),
-          min(static_cast<long long>(D - 1), room));
+  const ll length = p + g;
+  const History h{input_ids + static_cast<ll>(b) * S_in, pre_ids + static_cast<ll>(b) * S, p};
+  const ll room = static_cast<ll>(max_dec_len[b]) - step_idx[b] - 1;
+  const ll budget = min(min(static_cast<ll>(draft_token_num[b]), static_cast<ll>(max_draft_tokens)),
+                        min(static_cast<ll>(D - 1), room));
 
-  __shared__ int64_t suffix[kMaxNgram];  // suffix[j] = h[Lh - 1 - j]
-  const int max_n = static_cast<int>(min(static_cast<long long>(max_ngram_size), length));
-  if (tid < max_n) suffix[tid] = h[length - 1 - tid];
-  __syncthreads();
-
-  long long key = -1;
-  if (budget > 0) {
-    for (long long e = tid; e <= length - 2; e += kThreads) {
-      int c = 0;
-      while (c < max_n && c <= e && h[e - c] == suffix[c]) ++c;
-      if (c >= min_ngram_size) key = max(key, (static_cast<long long>(c) << 32) | e);
-    }
-  }
-  key = BlockMax(key);
-
-  long long m = 0, start = 0;
-  if (key >= 0) {
-    start = (key & 0xffffffffLL) + 1;
-    m = min(budget, length - start);
-  }
-  int64_t* row = drafts + static_cast<long long>(b) * D;
-  for (int j = 1 + tid; j < D; j += kThreads) row[j] = j - 1 < m ? h[start + j - 1] : -1;
+  const ll start = specworker_ngram::BlockContinuationStart(h, length, max_ngram_size,
+                                                            min_ngram_size, budget > 0);
+  const ll m = start < 0 ? 0 : min(budget, length - start);
+  int64_t* row = drafts + static_cast<ll>(b) * D;
+  for (int j = 1 + tid; j < D; j += kThreads) row[j] = j - 1 < m ? h(start + j - 1) : -1;
   if (tid == 0) lens[b] = static_cast<int32_t>(1 + m);
 }
 

@@ -4,7 +4,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#ifndef SPECWORKER_NGRAM_MAX_SIZE
 #define SPECWORKER_NGRAM_MAX_SIZE 64  // largest max_ngram_size (the suffix lives in shared memory)
+#endif
 
 #ifdef __cplusplus
 extern "C" {

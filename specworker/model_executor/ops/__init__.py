@@ -33,7 +33,7 @@ from specworker.model_executor.ops.state_ops import (  # noqa: F401
     draft_model_update,
     draft_model_postprocess,
 )
-from specworker.model_executor.ops.ngram_ops import ngram_match  # noqa: F401
+from specworker.model_executor.ops.ngram_ops import hybrid_mtp_ngram, ngram_match  # noqa: F401
 from specworker.model_executor.ops.model_ops import (  # noqa: F401
     paged_attention,
     LINEAR_WEIGHT_DTYPES,
@@ -65,6 +65,7 @@ __all__ = [
     "draft_model_update",
     "draft_model_postprocess",
     "ngram_match",
+    "hybrid_mtp_ngram",
     "paged_attention",
     "LINEAR_WEIGHT_DTYPES",
     "batch_invariant_linear",

@@ -1,0 +1,143 @@
+"""The standalone hybrid_mtp_ngram CUDA kernel against the numpy reference: the CPU test's literal and
+randomized cases (tests/hybrid_cases.py), plus sizes only a GPU run makes interesting."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from tests.gpu.harness import launcher, ptr, require_gpu, stream
+from tests.hybrid_cases import HYBRID_CASES, KINDS, NGRAM_SIZES, WIDTHS, all_cases, literal_state, make_hybrid_state
+from tests.reference.hybrid_mtp_ngram import ref_hybrid_mtp_ngram
+
+cp = require_gpu()
+_P, _I = ctypes.c_void_p, ctypes.c_int
+launch = launcher("specworker_hybrid_mtp_ngram_launch", [_P] * 10 + [_I] * 8 + [_P])
+
+ARGS = ("input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num", "draft_tokens", "seq_lens_this_time",
+        "seq_lens_decoder", "max_dec_len", "seq_lens_encoder")
+WRITES = ("draft_tokens", "seq_lens_this_time")
+GUARD = 16  # rows past each written buffer's end that the kernel must leave untouched
+CANARY = -7777
+
+
+def _with_guard(a):
+    a = np.asarray(a)
+    return np.concatenate([a, np.full((GUARD,) + a.shape[1:], CANARY, a.dtype)])
+
+
+def run_kernel(state: dict, *, max_ngram_size: int, min_ngram_size: int, max_draft_tokens: int,
+               num_model_steps: int) -> dict:
+    """Runs the kernel on a numpy state (seq_lens_encoder absent = NULL); returns the new state."""
+    bsz = np.asarray(state["seq_lens_this_time"]).size
+    d = {}
+    for k in ARGS:
+        v = state.get(k)
+        if v is None:
+            d[k] = None
+        elif k in WRITES:
+            d[k] = cp.asarray(_with_guard(v if k == "draft_tokens" else np.reshape(v, -1)))
+        else:
+            d[k] = cp.asarray(v if k in ("input_ids", "pre_ids") else np.reshape(v, -1))
+    launch(*(ptr(d[k]) for k in ARGS), bsz, state["input_ids"].shape[1], state["pre_ids"].shape[1],
+           state["draft_tokens"].shape[1], max_ngram_size, min_ngram_size, max_draft_tokens, num_model_steps,
+           stream())
+    out = dict(state)
+    for k in WRITES:
+        a = cp.asnumpy(d[k])
+        assert (a[-GUARD:] == CANARY).all(), f"{k} written past its end"
+        out[k] = a[:-GUARD].reshape(np.shape(state[k]))
+    return out
+
+
+def assert_state_equal(got: dict, want: dict):
+    for k in WRITES:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+@pytest.mark.parametrize("name, state, attrs, expected", HYBRID_CASES, ids=[c[0] for c in HYBRID_CASES])
+def test_hybrid_mtp_ngram_cuda_literal(name, state, attrs, expected):
+    got = run_kernel(state, **attrs)
+    for k, v in expected.items():
+        np.testing.assert_array_equal(got[k], np.asarray(v), err_msg=f"{name}: {k}")
+
+
+@pytest.mark.parametrize("bsz, kind, sizes, seed", all_cases())
+def test_hybrid_mtp_ngram_cuda_matches_reference(bsz, kind, sizes, seed):
+    """The CPU test's random cases (same seeds), the encoder input given and omitted."""
+    for with_encoder in (True, False):
+        state = make_hybrid_state(np.random.default_rng(seed), bsz, kind, extra_rows=seed % 3,
+                                  with_encoder=with_encoder)
+        attrs = dict(max_ngram_size=sizes[0], min_ngram_size=sizes[1], max_draft_tokens=3, num_model_steps=2)
+        assert_state_equal(run_kernel(state, **attrs), ref_hybrid_mtp_ngram(state, **attrs))
+
+
+@pytest.mark.parametrize("num_draft, steps", WIDTHS, ids=[f"k{k}_s{s}" for k, s in WIDTHS])
+@pytest.mark.parametrize("max_draft_tokens", [None, 1, 7])
+def test_hybrid_mtp_ngram_cuda_other_widths(num_draft, steps, max_draft_tokens):
+    for seed, kind in enumerate(("mixed", "repetitive", "near_max_dec_len", "chains_cut_short")):
+        state = make_hybrid_state(np.random.default_rng(seed), 17, kind, num_draft=num_draft, num_model_steps=steps,
+                                  extra_rows=2)
+        attrs = dict(max_ngram_size=3, min_ngram_size=1, num_model_steps=steps,
+                     max_draft_tokens=num_draft if max_draft_tokens is None else max_draft_tokens)
+        assert_state_equal(run_kernel(state, **attrs), ref_hybrid_mtp_ngram(state, **attrs))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("bsz", [0, 255, 257, 1024])
+def test_hybrid_mtp_ngram_cuda_batch_sizes(bsz, kind):
+    """Grid sizes around the block size and well past it (one block per slot)."""
+    for j, (max_n, min_n) in enumerate(NGRAM_SIZES):
+        state = make_hybrid_state(np.random.default_rng(bsz * 100 + j), bsz, kind, extra_rows=j)
+        attrs = dict(max_ngram_size=max_n, min_ngram_size=min_n, max_draft_tokens=3, num_model_steps=2)
+        assert_state_equal(run_kernel(state, **attrs), ref_hybrid_mtp_ngram(state, **attrs))
+
+
+@pytest.mark.parametrize("history_width, vocab", [(300, 3), (1000, 40), (5000, 2), (9000, 1000)])
+def test_hybrid_mtp_ngram_cuda_long_histories(history_width, vocab):
+    """Histories longer than the 256 threads of a block, small vocabularies (many ties: the most recent
+    must win), n up to 64."""
+    for j, (max_n, min_n) in enumerate(((3, 1), (64, 1), (8, 4))):
+        state = make_hybrid_state(np.random.default_rng(history_width + j), 33, "repetitive" if j == 1 else "mixed",
+                                  num_draft=5, num_model_steps=2, prompt_width=history_width // 2,
+                                  history_width=history_width, vocab=vocab)
+        attrs = dict(max_ngram_size=max_n, min_ngram_size=min_n, max_draft_tokens=5, num_model_steps=2)
+        assert_state_equal(run_kernel(state, **attrs), ref_hybrid_mtp_ngram(state, **attrs))
+
+
+def test_hybrid_mtp_ngram_cuda_wide_rows():
+    """D > 256: threads stride over the draft row after the MTP drafts too."""
+    state = make_hybrid_state(np.random.default_rng(5), 17, "repetitive", num_draft=300, num_model_steps=3,
+                              history_width=400, prompt_width=400, vocab=2)
+    state["draft_token_num"][:] = 300
+    state["max_dec_len"] = state["step_idx"] + 301
+    attrs = dict(max_ngram_size=3, min_ngram_size=1, max_draft_tokens=300, num_model_steps=3)
+    assert_state_equal(run_kernel(state, **attrs), ref_hybrid_mtp_ngram(state, **attrs))
+
+
+def test_hybrid_mtp_ngram_cuda_clamps_history_indices():
+    """CUDA cannot raise: input_ids_len outside [0, S_in] and step_idx outside [0, S - 1] are clamped for
+    the history (the CPU op raises); the budget still uses the given step_idx."""
+    state = literal_state([[1, 2, 3, 1, 2], [5, 5], [4, 6, 4]], [[3], [], [6]], [[1, 2], [5, 5], [4, 6]],
+                          width=5, prompt_width=5, history_width=4)
+    state["input_ids_len"][:] = [99, -4, 3]  # slot 0 -> 5 (h = [1 2 3 1 2 | 3 | 1 2]), slot 1 -> 0
+    state["step_idx"][:] = [1, -2, 50]  # slot 1 -> 0 (h = [5 5]), slot 2 -> 3 (pre_ids width 4)
+    state["max_dec_len"][:] = [100, 100, 100]
+    state["pre_ids"][2, 1:] = [6, 4, 6]
+    attrs = dict(max_ngram_size=3, min_ngram_size=1, max_draft_tokens=4, num_model_steps=2)
+    got = run_kernel(state, **attrs)
+    assert_state_equal(got, ref_hybrid_mtp_ngram(state, **attrs, strict=False))
+    # slot 0: [3 1 2] at 2 -> [3 1]; slot 1: h = [5 5]: [5] at 0 -> the one token after it; slot 2:
+    # h = [4 6 4 6 4 6 | 4 6]: [6 4 6] most recently at 3 -> [4 6]
+    np.testing.assert_array_equal(got["draft_tokens"], [[500, 1, 2, 3, 1], [501, 5, 5, 5, -1], [502, 4, 6, 4, 6]])
+
+
+@pytest.mark.parametrize("change", [
+    dict(max_ngram_size=0, min_ngram_size=0), dict(min_ngram_size=4), dict(max_ngram_size=65),
+    dict(max_draft_tokens=-1), dict(num_model_steps=-1), dict(num_model_steps=5),
+], ids=["zero_ngram", "min_above_max", "max_ngram_above_64", "negative_max_draft_tokens",
+        "negative_num_model_steps", "num_model_steps_past_width"])
+def test_hybrid_mtp_ngram_cuda_launcher_rejects_bad_sizes(change):
+    _, state, attrs, _ = HYBRID_CASES[0]
+    with pytest.raises(RuntimeError, match="returned cudaError"):
+        run_kernel(state, **{**attrs, **change})
