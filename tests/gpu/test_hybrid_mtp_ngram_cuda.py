@@ -1,7 +1,6 @@
 """The standalone hybrid_mtp_ngram CUDA kernel against the numpy reference: the CPU test's literal and
 randomized cases (tests/hybrid_cases.py), plus sizes only a GPU run makes interesting."""
 
-import ctypes
 
 import numpy as np
 import pytest
@@ -11,8 +10,7 @@ from tests.hybrid_cases import HYBRID_CASES, KINDS, NGRAM_SIZES, WIDTHS, all_cas
 from tests.reference.hybrid_mtp_ngram import ref_hybrid_mtp_ngram
 
 cp = require_gpu()
-_P, _I = ctypes.c_void_p, ctypes.c_int
-launch = launcher("specworker_hybrid_mtp_ngram_launch", [_P] * 10 + [_I] * 8 + [_P])
+launch = launcher("specworker_hybrid_mtp_ngram_launch")
 
 ARGS = ("input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num", "draft_tokens", "seq_lens_this_time",
         "seq_lens_decoder", "max_dec_len", "seq_lens_encoder")
