@@ -7,12 +7,8 @@ import pytest
 
 from tests import draft_cases as dc
 from tests.draft_update_case_tests import (  # noqa: F401  written once, also run on the Paddle op
-    assert_state_equal,
-    run_ref,
-    test_draft_model_update_bsz_256_closed_form,
-    test_draft_model_update_literal,
-    test_draft_model_update_matches_reference,
-    test_draft_model_update_random_rounds_match_reference,
+    assert_state_equal, run_ref, test_draft_model_update_bsz_256_closed_form, test_draft_model_update_literal,
+    test_draft_model_update_matches_reference, test_draft_model_update_random_rounds_match_reference,
     test_draft_model_update_round_of_three_substeps_literal,
 )
 from tests.gpu.harness import launcher, ptr, require_gpu, stream

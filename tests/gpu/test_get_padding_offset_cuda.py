@@ -5,16 +5,10 @@ import pytest
 from tests.cases import make_step_batch
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from tests.padding_offset_cases import (  # noqa: F401  written once, also run on the Paddle op
-    DRAFTS,
-    ENCODER,
-    INPUT_IDS,
-    LENS,
-    test_get_padding_offset_capacity_exceeds_token_num_literal,
-    test_get_padding_offset_index_only_without_input_ids_literal,
-    test_get_padding_offset_matches_reference,
+    DRAFTS, ENCODER, INPUT_IDS, LENS, test_get_padding_offset_capacity_exceeds_token_num_literal,
+    test_get_padding_offset_index_only_without_input_ids_literal, test_get_padding_offset_matches_reference,
     test_get_padding_offset_mixed_three_slots_literal,
-    test_get_padding_offset_without_drafts_reads_input_ids_literal,
-    test_get_padding_offset_zero_slots,
+    test_get_padding_offset_without_drafts_reads_input_ids_literal, test_get_padding_offset_zero_slots,
     test_get_padding_offset_zero_tokens,
 )
 from tests.reference.get_padding_offset import ref_get_padding_offset

@@ -11,19 +11,12 @@ from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from kernel_harness.speculate_verify import launch_args, raw_launcher, run_verify_cuda, to_device
 from tests.reference.speculate_verify import ref_speculate_verify
 from tests.verify_case_tests import (  # noqa: F401  written once, also run on the Paddle op
-    STRATEGIES,
-    assert_outputs,
-    test_speculate_verify_deterministic_when_seeded,
-    test_speculate_verify_first_token_follows_target_distribution,
-    test_speculate_verify_literal,
-    test_speculate_verify_matches_reference,
-    test_speculate_verify_matches_reference_options,
-    test_speculate_verify_one_hot_targets_reduce_to_greedy,
-    test_speculate_verify_rejection_vocab_boundary,
-    test_speculate_verify_seeded_slot_is_batch_invariant,
-    test_speculate_verify_strategy_literal,
-    test_speculate_verify_topp_is_lossy,
-    test_speculate_verify_topp_rejects_second_candidate_outside_top_p_set,
+    STRATEGIES, assert_outputs, test_speculate_verify_deterministic_when_seeded,
+    test_speculate_verify_first_token_follows_target_distribution, test_speculate_verify_literal,
+    test_speculate_verify_matches_reference, test_speculate_verify_matches_reference_options,
+    test_speculate_verify_one_hot_targets_reduce_to_greedy, test_speculate_verify_rejection_vocab_boundary,
+    test_speculate_verify_seeded_slot_is_batch_invariant, test_speculate_verify_strategy_literal,
+    test_speculate_verify_topp_is_lossy, test_speculate_verify_topp_rejects_second_candidate_outside_top_p_set,
 )
 from tests.verify_cases import OUT_FIELDS, make_verify_case
 
