@@ -6,11 +6,17 @@ import numpy as np
 import pytest
 
 from tests import draft_cases as dc
+from tests.draft_update_case_tests import (  # noqa: F401  written once, also run on the Paddle op
+    assert_state_equal, run_ref, test_draft_model_update_bsz_256_closed_form, test_draft_model_update_literal,
+    test_draft_model_update_matches_reference, test_draft_model_update_random_rounds_match_reference,
+    test_draft_model_update_round_of_three_substeps_literal,
+)
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
-from tests.reference.draft_model_update import STATE_KEYS, ref_draft_model_update
+from tests.reference.draft_model_update import STATE_KEYS
 
 cp = require_gpu()
 launch = launcher("specworker_draft_model_update_launch")
+postprocess_launch = launcher("specworker_draft_model_postprocess_launch")
 
 GUARD = 64  # elements past each buffer's end that the kernel must leave untouched
 CANARY = {np.dtype(np.int64): -7777, np.dtype(np.int32): -7777, np.dtype(np.uint8): 0xAB}
@@ -47,56 +53,41 @@ def run_kernel(state, args, substep=None):
     return {key: _from_device(d[key], state[key], key) for key in STATE_KEYS}
 
 
-def run_ref(state, args, strict=True):
-    return ref_draft_model_update(state, args["inter_next_tokens"], args["cu_seqlens_q_output"], args["max_dec_len"],
-                                  args["end_ids"], substep=args["substep"], strict=strict)
+def postprocess_lens_kernel(base_drafts, lens, enc, stop):
+    """draft_model_postprocess's kernel (no paused flags); returns the new target seq_lens_this_time."""
+    drafts = np.asarray(base_drafts, np.int64)
+    d_lens = cp.asarray(np.asarray(lens, np.int32))
+    d_drafts, d_enc = cp.asarray(drafts), cp.asarray(np.asarray(enc, np.int32))
+    d_stop = cp.asarray(np.asarray(stop, bool))
+    postprocess_launch(ptr(d_drafts), drafts.shape[1], ptr(d_lens), ptr(d_enc), ptr(d_stop), ptr(None), d_lens.shape[0],
+                       stream())
+    return cp.asnumpy(d_lens)
 
 
-def assert_state_equal(got, want):
-    for key in STATE_KEYS:
-        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/draft_update_case_tests.py): the kernel, GUARD checked."""
+    return run_kernel
 
 
-@pytest.mark.parametrize("name", dc.LITERAL_UPDATE_CASES)
-def test_draft_model_update_cuda_literal(name):
-    state, args, expected = dc.literal_update_case(name)
-    assert_state_equal(run_kernel(state, args), expected)
+@pytest.fixture
+def postprocess_lens():
+    return postprocess_lens_kernel
 
 
-def test_draft_model_update_cuda_bsz_256_closed_form():
-    state, args, expected = dc.pattern_case()
-    assert_state_equal(run_kernel(state, args), expected)
+@pytest.fixture(params=[(*case, case[3] % 3) for case in dc.update_grid(BATCH_SIZES)],
+                ids=lambda p: "-".join(map(str, p[:4])))
+def reference_grid(request):
+    """(bsz, kind, substep, seed, extra_rows): every GPU batch size x kind x substep, 0-2 rows past bsz."""
+    return request.param
 
 
-@pytest.mark.parametrize("bsz, kind, substep, seed", dc.update_grid(BATCH_SIZES))
-def test_draft_model_update_cuda_matches_reference(bsz, kind, substep, seed):
-    state, args = dc.make_update_case(np.random.default_rng(seed), bsz, kind, substep, extra_rows=seed % 3)
-    assert_state_equal(run_kernel(state, args), run_ref(state, args))
-
-
-def test_draft_model_update_cuda_round_of_three_substeps_literal():
-    state = dc.round_start_state()
-    for s, tokens in enumerate(dc.ROUND_TOKENS):
-        state = run_kernel(state, dc.update_args(state, tokens, dc.ROUND_MAX_DEC_LEN, substep=s))
-    np.testing.assert_array_equal(state["base_model_draft_tokens"], dc.ROUND_EXPECTED_BASE)
-    np.testing.assert_array_equal(state["seq_lens_this_time"], dc.ROUND_EXPECTED_LENS)
-    np.testing.assert_array_equal(state["seq_lens_decoder"], dc.ROUND_EXPECTED_DEC)
-    np.testing.assert_array_equal(state["step_idx"], dc.ROUND_EXPECTED_STEP)
-    np.testing.assert_array_equal(state["stop_flags"], dc.ROUND_EXPECTED_STOP)
-    for (b, j), token in dc.ROUND_EXPECTED_PRE.items():
-        assert state["pre_ids"][b, j] == token, (b, j)
-
-
-@pytest.mark.parametrize("bsz, kind", [(3, "mixed"), (1000, "near_max_dec_len"), (5000, "mixed"), (5000, "stopped")])
-def test_draft_model_update_cuda_random_rounds_match_reference(bsz, kind):
-    rng = np.random.default_rng(bsz + len(kind))
-    state, args = dc.make_update_case(rng, bsz, kind, 0)
-    for s in range(3):
-        if s > 0:
-            args = dc.next_substep_args(rng, state, args["max_dec_len"], s, capacity=bsz * 4)
-        want = run_ref(state, args)
-        state = run_kernel(state, args)
-        assert_state_equal(state, want)
+@pytest.fixture(params=[(3, "mixed"), (1000, "near_max_dec_len"), (5000, "mixed"), (5000, "stopped")],
+                ids=lambda p: "-".join(map(str, p)))
+def round_grid(request):
+    """(bsz, kind, seed) of the random rounds."""
+    bsz, kind = request.param
+    return bsz, kind, bsz + len(kind)
 
 
 @pytest.mark.parametrize("running, initial", [([4999], False), ([0], False), ([2600, 4000], False), ([], True)])

@@ -2,8 +2,15 @@
 import numpy as np
 import pytest
 
-from tests.cases import PADDING_OFFSET_MODES, all_cases, make_step_batch, padding_offset_inputs
+from tests.cases import make_step_batch
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
+from tests.padding_offset_cases import (  # noqa: F401  written once, also run on the Paddle op
+    DRAFTS, ENCODER, INPUT_IDS, LENS, test_get_padding_offset_capacity_exceeds_token_num_literal,
+    test_get_padding_offset_index_only_without_input_ids_literal, test_get_padding_offset_matches_reference,
+    test_get_padding_offset_mixed_three_slots_literal,
+    test_get_padding_offset_without_drafts_reads_input_ids_literal, test_get_padding_offset_zero_slots,
+    test_get_padding_offset_zero_tokens,
+)
 from tests.reference.get_padding_offset import ref_get_padding_offset
 
 cp = require_gpu()
@@ -38,6 +45,12 @@ def run_kernel(input_ids, lens, draft_tokens, encoder, cap):
     return None if ids is None else ids[:cap], batch_id[:cap], cu_q[: bsz + 1], cu_k[: bsz + 1]
 
 
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/padding_offset_cases.py): the kernel, GUARD rows checked."""
+    return run_kernel
+
+
 def assert_matches_reference(input_ids, lens, drafts, encoder, cap):
     got = run_kernel(input_ids, lens, drafts, encoder, cap)
     want = ref_get_padding_offset(input_ids, lens, drafts, encoder, cap)
@@ -47,78 +60,12 @@ def assert_matches_reference(input_ids, lens, drafts, encoder, cap):
             np.testing.assert_array_equal(g, w)
 
 
-# Slot 0 prefill (3 prompt tokens), slot 1 stopped, slot 2 decode (last accepted 35 + draft 36).
-INPUT_IDS = [[11, 12, 13], [21, 22, 23], [31, 32, 33]]
-DRAFTS = [[-1, -1], [-1, -1], [35, 36]]
-LENS = [3, 0, 2]
-ENCODER = [3, 0, 0]
-
-
-def test_get_padding_offset_cuda_mixed_three_slots_literal():
-    ids, batch_id, cu_q, cu_k = run_kernel(INPUT_IDS, LENS, DRAFTS, ENCODER, 5)
-    np.testing.assert_array_equal(ids, [11, 12, 13, 35, 36])
-    np.testing.assert_array_equal(batch_id, [0, 0, 0, 2, 2])
-    np.testing.assert_array_equal(cu_q, [0, 3, 3, 5])
-    np.testing.assert_array_equal(cu_k, [0, 3, 3, 5])
-
-
-def test_get_padding_offset_cuda_without_drafts_reads_input_ids_literal():
-    ids, batch_id, cu_q, _ = run_kernel(INPUT_IDS, LENS, None, None, 5)
-    np.testing.assert_array_equal(ids, [11, 12, 13, 31, 32])
-    np.testing.assert_array_equal(batch_id, [0, 0, 0, 2, 2])
-    np.testing.assert_array_equal(cu_q, [0, 3, 3, 5])
-
-
-def test_get_padding_offset_cuda_capacity_exceeds_token_num_literal():
-    ids, batch_id, cu_q, cu_k = run_kernel(INPUT_IDS, LENS, DRAFTS, ENCODER, 8)
-    np.testing.assert_array_equal(ids, [11, 12, 13, 35, 36, -1, -1, -1])
-    np.testing.assert_array_equal(batch_id, [0, 0, 0, 2, 2, -1, -1, -1])
-    np.testing.assert_array_equal(cu_q, [0, 3, 3, 5])
-    np.testing.assert_array_equal(cu_k, [0, 3, 3, 5])
-
-
-def test_get_padding_offset_cuda_index_only_literal():
-    ids, batch_id, cu_q, cu_k = run_kernel(None, [1, 0, 4], None, None, 6)
-    assert ids is None
-    np.testing.assert_array_equal(batch_id, [0, 2, 2, 2, 2, -1])
-    np.testing.assert_array_equal(cu_q, [0, 1, 1, 5])
-    np.testing.assert_array_equal(cu_k, [0, 1, 1, 5])
-
-
 def test_get_padding_offset_cuda_fill_only_blocks_cover_large_capacity():
     """One slot, capacity far above bsz * 1024 rows: the launcher adds fill-only blocks."""
     ids, batch_id, cu_q, _ = run_kernel(INPUT_IDS[:1], [3], None, None, 10_000)
     np.testing.assert_array_equal(ids, [11, 12, 13] + [-1] * 9_997)
     np.testing.assert_array_equal(batch_id, [0, 0, 0] + [-1] * 9_997)
     np.testing.assert_array_equal(cu_q, [0, 3])
-
-
-def test_get_padding_offset_cuda_zero_tokens():
-    ids, batch_id, cu_q, cu_k = run_kernel(INPUT_IDS, [0, 0, 0], DRAFTS, [0, 0, 0], 4)
-    np.testing.assert_array_equal(ids, [-1] * 4)
-    np.testing.assert_array_equal(batch_id, [-1] * 4)
-    np.testing.assert_array_equal(cu_q, [0, 0, 0, 0])
-    np.testing.assert_array_equal(cu_k, [0, 0, 0, 0])
-    ids, batch_id, cu_q, _ = run_kernel(INPUT_IDS, [0, 0, 0], None, None, 0)
-    assert ids.shape == (0,) and batch_id.shape == (0,)
-    np.testing.assert_array_equal(cu_q, [0, 0, 0, 0])
-
-
-def test_get_padding_offset_cuda_zero_slots():
-    ids, batch_id, cu_q, cu_k = run_kernel(INPUT_IDS, np.zeros(0), DRAFTS, np.zeros(0), 3)
-    np.testing.assert_array_equal(ids, [-1, -1, -1])
-    np.testing.assert_array_equal(batch_id, [-1, -1, -1])
-    np.testing.assert_array_equal(cu_q, [0])
-    np.testing.assert_array_equal(cu_k, [0])
-
-
-@pytest.mark.parametrize("mode", PADDING_OFFSET_MODES)
-@pytest.mark.parametrize("bsz, kind, seed", all_cases())
-def test_get_padding_offset_cuda_matches_reference(bsz, kind, seed, mode):
-    batch = make_step_batch(np.random.default_rng(seed), bsz, kind)
-    input_ids, drafts, encoder = padding_offset_inputs(batch, mode, extra_rows=2)
-    for cap in (batch.token_num, batch.token_num + 13):
-        assert_matches_reference(input_ids, batch.seq_lens_this_time, drafts, encoder, cap)
 
 
 @pytest.mark.parametrize("bsz", [1, 2, 31, 255, 256, 257, 1024, 4999, 5000])

@@ -9,8 +9,13 @@ kernel forgets to write shows up. Index values out of range give zero rows here 
 import numpy as np
 import pytest
 
-from tests.cases import all_cases, make_step_batch, pack_output_index, seq_lens_output
+from tests.cases import make_step_batch, pack_output_index, seq_lens_output
 from tests.gpu.harness import ptr, raw_launcher, require_gpu, stream
+from tests.rebuild_padding_cases import (  # noqa: F401  written once, also run on the Paddle op
+    test_rebuild_padding_decode_rows_use_local_index, test_rebuild_padding_fails_with_padding_offsets_as_batch_ids,
+    test_rebuild_padding_matches_reference, test_rebuild_padding_rejects_unpaired_output_index,
+    test_rebuild_padding_zero_tokens,
+)
 from tests.reference.rebuild_padding import ref_rebuild_padding
 
 cp = require_gpu()
@@ -56,6 +61,55 @@ def _random_bits(rng, shape, storage):
     return rng.integers(0, np.iinfo(storage).max, size=shape, dtype=storage, endpoint=True)
 
 
+def _bits(a):
+    return None if a is None else np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
+def run_kernel(tmp_out, lens, dec, enc, batch_ids=None, cu_out=None, first=None, enable_logprob=False, dtype=None):
+    """The shared tests' call: float32 rows go in as their bits (the kernel only copies) and come
+    back as float32; rows of storage bits are copied with dtype's element size. A launch the
+    launcher refuses raises."""
+    as_float = np.asarray(tmp_out).dtype == np.float32
+    if as_float:
+        tmp_out, first = _bits(tmp_out), _bits(first)
+    rc, out, first_after = launch(tmp_out, _cu(np.reshape(lens, -1)), lens, dec, enc, batch_ids, cu_out, first,
+                                  enable_logprob, elem_bytes=DTYPES[dtype][1] if dtype else None)
+    if rc != 0:
+        raise RuntimeError(f"specworker_rebuild_padding_launch returned cudaError {rc}")
+    if as_float:
+        out, first_after = out.view(np.float32), None if first_after is None else first_after.view(np.float32)
+    return out, first_after
+
+
+def _refuses(call, match, zero_rows=None, unlike=None):
+    """The kernel cannot raise: an unpaired output index is refused by the launcher
+    (cudaErrorInvalidValue, before launching); rows with an out-of-range index come back zero."""
+    if zero_rows is None:
+        with pytest.raises(RuntimeError, match=f"returned cudaError {CUDA_ERROR_INVALID_VALUE}$"):
+            call()
+        return
+    out, _ = call()
+    np.testing.assert_array_equal(out[zero_rows], 0)  # out-of-range rows are zeros on the GPU
+    if unlike is not None:
+        assert not np.array_equal(out, unlike)
+
+
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/rebuild_padding_cases.py): the kernel, output poisoned."""
+    return run_kernel
+
+
+@pytest.fixture
+def hidden_rows():
+    return lambda rng, shape, dtype: _random_bits(rng, shape, DTYPES[dtype][0])
+
+
+@pytest.fixture
+def refuses():
+    return _refuses
+
+
 def _grid_inputs(bsz, kind, seed, hidden, storage, with_index, num_draft=NUM_DRAFT):
     rng = np.random.default_rng(seed)
     batch = make_step_batch(rng, bsz, kind, num_draft=num_draft)
@@ -81,15 +135,6 @@ def _check(args, storage, elem_bytes, enable_logprob=True, tmp_out_dev=None):
     np.testing.assert_array_equal(out, want)
     if enable_logprob:
         np.testing.assert_array_equal(first_after, want_first)
-
-
-@pytest.mark.parametrize("with_index", [False, True], ids=["per_slot", "output_index"])
-@pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("bsz, kind, seed", all_cases())
-def test_rebuild_padding_cuda_matches_reference(bsz, kind, seed, dtype, with_index):
-    storage, elem_bytes = DTYPES[dtype]
-    _, args = _grid_inputs(bsz, kind, seed, 8, storage, with_index)
-    _check(args, storage, elem_bytes)
 
 
 # Row sizes picking each pack width: 16 B (8 x fp16, 7168 x bf16), 8 B (12 x fp16 = 24 B),
@@ -120,37 +165,8 @@ def test_rebuild_padding_cuda_thousands_of_rows(with_index):
     _check(args, np.uint16, 2, enable_logprob=False)
 
 
-@pytest.mark.parametrize("with_index", [False, True], ids=["per_slot", "output_index"])
-def test_rebuild_padding_cuda_zero_tokens(with_index):
-    """T = 0: every slot idle; all rows (capacity > T_out = 0) are zeros, no invalid launch."""
-    index = (np.full(8, -1, np.int32), np.zeros(4, np.int32)) if with_index else (None, None)
-    rc, out, _ = launch(np.zeros((0, 16), np.uint16), np.zeros(4, np.int32), [0, 0, 0], [5, 0, 2], [0, 0, 0], *index)
-    assert rc == 0
-    np.testing.assert_array_equal(out, np.zeros((8 if with_index else 3, 16)))
-
-
 # Rows of TMP_OUT name their source: row t is [10 t, 10 t + 1].
 TMP_OUT = np.array([[0, 1], [10, 11], [20, 21], [30, 31], [40, 41], [50, 51]], dtype=np.uint32)
-
-
-def test_rebuild_padding_cuda_decode_rows_use_local_index():
-    """FastDeploy's CPU op gives every decode row its slot's first token; ours (and this kernel) must
-    read the row's local index: rows 0, 1, 2 of slot 0 and 3, 4 of slot 1."""
-    lens, enc = [3, 2], [0, 0]
-    rc, out, _ = launch(TMP_OUT[:5], _cu(lens), lens, [9, 9], enc, *pack_output_index(seq_lens_output(lens, enc)))
-    assert rc == 0
-    np.testing.assert_array_equal(out, TMP_OUT[:5])
-
-
-@pytest.mark.parametrize("omit", ["batch_id_per_token_output", "cu_seqlens_q_output"])
-def test_rebuild_padding_cuda_rejects_unpaired_output_index(omit):
-    """docs/spec.md §7 defect 5: one index tensor without the other was a null dereference in the seed;
-    the launcher refuses it (cudaErrorInvalidValue) before launching."""
-    batch_ids, cu_out = pack_output_index([2, 1, 0], capacity=4)
-    batch_ids = None if omit == "batch_id_per_token_output" else batch_ids
-    cu_out = None if omit == "cu_seqlens_q_output" else cu_out
-    rc, _, _ = launch(TMP_OUT[:5], [0, 2, 3, 3], [2, 1, 0], [4, 4, 0], [0, 0, 0], batch_ids, cu_out, out_rows=4)
-    assert rc == CUDA_ERROR_INVALID_VALUE
 
 
 def test_rebuild_padding_cuda_rejects_bad_launch_arguments():
@@ -158,17 +174,6 @@ def test_rebuild_padding_cuda_rejects_bad_launch_arguments():
     assert launch(*base, enable_logprob=True)[0] == CUDA_ERROR_INVALID_VALUE  # no first_token_out
     assert launch(*base, out_rows=4)[0] == CUDA_ERROR_INVALID_VALUE  # per-slot branch needs out_rows == bsz
     assert launch(*base, elem_bytes=3)[0] == CUDA_ERROR_INVALID_VALUE
-
-
-def test_rebuild_padding_cuda_fails_with_padding_offsets_as_batch_ids():
-    """docs/spec.md §7 defect 8: padding offsets (cumulative S - O_b, here [0, 0, 2, 5, 5, 5] for S = 4)
-    under the name batch_id_per_token_output cannot reproduce the expected rows."""
-    lens, dec, enc = [2, 1, 3], [4, 4, 4], [0, 0, 0]
-    batch_ids, cu_out = pack_output_index(seq_lens_output(lens, enc))
-    rc, out, _ = launch(TMP_OUT, _cu(lens), lens, dec, enc, np.array([0, 0, 2, 5, 5, 5], np.int32), cu_out)
-    assert rc == 0
-    assert not np.array_equal(out, TMP_OUT)
-    np.testing.assert_array_equal(out[2:], 0)  # out-of-range rows are zeros on the GPU
 
 
 def test_rebuild_padding_cuda_cu_seqlens_q_output_not_from_blank_lengths():

@@ -5,8 +5,13 @@ unfused kernels (also on bad values, where the kernels stay in bounds), any bsz 
 import numpy as np
 import pytest
 
-from tests.cases import all_cases, make_step_batch
+from tests.cases import make_step_batch
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
+from tests.pre_process_cases import (  # noqa: F401  written once, also run on the Paddle op
+    DRAFTS, ENCODER, INPUT_IDS, LENS, test_speculate_pre_process_matches_reference,
+    test_speculate_pre_process_non_speculative_literal, test_speculate_pre_process_three_slots_literal,
+    test_speculate_pre_process_zero_slots, test_speculate_pre_process_zero_tokens,
+)
 from tests.reference.speculate_pre_process import ref_speculate_pre_process
 
 cp = require_gpu()
@@ -58,6 +63,13 @@ def run_fused(input_ids, lens, drafts, encoder, cap):
     return _cut(o, sizes)
 
 
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/pre_process_cases.py): the fused kernel, GUARD checked
+    (it has no seq_lens_decoder input)."""
+    return lambda cap, input_ids, lens, drafts, encoder, decoder=None: run_fused(input_ids, lens, drafts, encoder, cap)
+
+
 def run_unfused(input_ids, lens, drafts, encoder, cap):
     """The three unfused kernels, as pre_process_unfused calls them."""
     d_ids, d_lens = _device(input_ids, np.int64), _device(np.reshape(lens, -1), np.int32)
@@ -85,45 +97,6 @@ def assert_same(got, want):
 def assert_matches_reference(input_ids, lens, drafts, encoder, cap):
     want = ref_speculate_pre_process(cap, input_ids, lens, drafts, encoder, np.zeros(len(lens), np.int32))
     assert_same(run_fused(input_ids, lens, drafts, encoder, cap), want)
-
-
-# Slot 0 decodes 3 tokens (last accepted 7, drafts 8, 9), slot 1 is idle, slot 2 prefills 4.
-INPUT_IDS = [[10, 11, 12, 13], [20, 21, 22, 23], [30, 31, 32, 33]]
-DRAFTS = [[7, 8, 9], [-1, -1, -1], [-1, -1, -1]]
-LENS = [3, 0, 4]
-ENCODER = [0, 0, 4]
-
-
-def test_speculate_pre_process_cuda_three_slots_literal():
-    out = run_fused(INPUT_IDS, LENS, DRAFTS, ENCODER, 8)
-    np.testing.assert_array_equal(out["ids_remove_padding"], [7, 8, 9, 30, 31, 32, 33, -1])
-    np.testing.assert_array_equal(out["batch_id_per_token"], [0, 0, 0, 2, 2, 2, 2, -1])
-    np.testing.assert_array_equal(out["cu_seqlens_q"], [0, 3, 3, 7])
-    np.testing.assert_array_equal(out["cu_seqlens_k"], [0, 3, 3, 7])
-    np.testing.assert_array_equal(out["seq_lens_output"], [3, 0, 1])
-    np.testing.assert_array_equal(out["cu_seqlens_q_output"], [0, 3, 3, 4])
-    np.testing.assert_array_equal(out["batch_id_per_token_output"], [0, 0, 0, 2, -1, -1, -1, -1, -1])
-    np.testing.assert_array_equal(out["real_output_token_num"], [4])
-
-
-def test_speculate_pre_process_cuda_non_speculative_literal():
-    out = run_fused([[10, 11, 12], [20, 21, 22], [30, 31, 32]], [1, 2, 0], None, [0, 2, 0], 4)
-    np.testing.assert_array_equal(out["ids_remove_padding"], [10, 20, 21, -1])
-    np.testing.assert_array_equal(out["batch_id_per_token_output"], [0, 1, -1])
-    np.testing.assert_array_equal(out["cu_seqlens_q_output"], [0, 1, 2, 2])
-    np.testing.assert_array_equal(out["real_output_token_num"], [2])
-
-
-@pytest.mark.parametrize("speculative", [True, False], ids=["spec", "nonspec"])
-@pytest.mark.parametrize("bsz, kind, seed", all_cases())
-def test_speculate_pre_process_cuda_matches_reference(bsz, kind, seed, speculative):
-    batch = make_step_batch(np.random.default_rng(seed), bsz, kind)
-    if not speculative:
-        batch.seq_lens_this_time = np.where(batch.seq_lens_encoder > 0, batch.seq_lens_this_time,
-                                            np.minimum(batch.seq_lens_this_time, 1)).astype(np.int32)
-    drafts = batch.draft_tokens if speculative else None
-    for cap in (batch.token_num, batch.token_num + 13):
-        assert_matches_reference(batch.input_ids, batch.seq_lens_this_time, drafts, batch.seq_lens_encoder, cap)
 
 
 @pytest.mark.parametrize("bsz", [1, 2, 31, 255, 256, 257, 513, 1024, 4999, 9000])
@@ -155,21 +128,6 @@ def test_speculate_pre_process_cuda_large_capacity_fills_minus_one():
     out = run_fused(INPUT_IDS, LENS, DRAFTS, ENCODER, 100_000)
     np.testing.assert_array_equal(out["ids_remove_padding"][:8], [7, 8, 9, 30, 31, 32, 33, -1])
     assert (out["ids_remove_padding"][7:] == -1).all() and (out["batch_id_per_token"][7:] == -1).all()
-
-
-def test_speculate_pre_process_cuda_zero_tokens():
-    out = run_fused(INPUT_IDS, [0, 0, 0], DRAFTS, [0, 0, 0], 3)
-    np.testing.assert_array_equal(out["ids_remove_padding"], [-1, -1, -1])
-    np.testing.assert_array_equal(out["cu_seqlens_q_output"], [0, 0, 0, 0])
-    np.testing.assert_array_equal(out["batch_id_per_token_output"], [-1] * 9)
-    np.testing.assert_array_equal(out["real_output_token_num"], [0])
-
-
-def test_speculate_pre_process_cuda_zero_slots():
-    out = run_fused(np.zeros((0, 4)), np.zeros(0), np.zeros((0, 3)), np.zeros(0), 2)
-    np.testing.assert_array_equal(out["ids_remove_padding"], [-1, -1])
-    np.testing.assert_array_equal(out["cu_seqlens_q"], [0])
-    np.testing.assert_array_equal(out["real_output_token_num"], [0])
 
 
 # The CPU op raises for these values; the kernel cannot, and must behave like the unfused kernels.

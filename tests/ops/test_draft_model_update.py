@@ -4,8 +4,12 @@ import pytest
 
 from specworker.model_executor.ops import draft_model_postprocess, draft_model_update
 from tests import draft_cases as dc
-from tests.reference.draft_model_postprocess import ref_draft_model_postprocess
-from tests.reference.draft_model_update import STATE_KEYS, ref_draft_model_update
+from tests.draft_update_case_tests import (  # noqa: F401  written once, also run on the CUDA kernel
+    assert_state_equal, run_ref, test_draft_model_update_bsz_256_closed_form, test_draft_model_update_literal,
+    test_draft_model_update_matches_reference, test_draft_model_update_random_rounds_match_reference,
+    test_draft_model_update_round_of_three_substeps_literal,
+)
+from tests.reference.draft_model_update import STATE_KEYS
 
 PER_SLOT = ("seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "step_idx", "stop_flags")
 
@@ -26,16 +30,6 @@ def run_op(state, args, column=False):
     return {key: (t[key].numpy().reshape(-1) if key in PER_SLOT else t[key].numpy()) for key in STATE_KEYS}
 
 
-def run_ref(state, args, strict=True):
-    return ref_draft_model_update(state, args["inter_next_tokens"], args["cu_seqlens_q_output"], args["max_dec_len"],
-                                  args["end_ids"], substep=args["substep"], strict=strict)
-
-
-def assert_state_equal(got, want, keys=STATE_KEYS):
-    for key in keys:
-        np.testing.assert_array_equal(np.asarray(got[key]), np.asarray(want[key]), err_msg=key)
-
-
 def postprocess_target(base_drafts, lens, enc, stop):
     t_lens = paddle.to_tensor(np.asarray(lens, dtype=np.int32))
     draft_model_postprocess(paddle.to_tensor(np.asarray(base_drafts, dtype=np.int64)), t_lens,
@@ -43,22 +37,29 @@ def postprocess_target(base_drafts, lens, enc, stop):
     return t_lens.numpy()
 
 
-@pytest.mark.parametrize("name", dc.LITERAL_UPDATE_CASES)
-def test_draft_model_update_literal(name):
-    state, args, expected = dc.literal_update_case(name)
-    assert_state_equal(run_op(state, args), expected)
-    assert_state_equal(run_ref(state, args), expected)
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/draft_update_case_tests.py): the Paddle op."""
+    return run_op
 
 
-def test_draft_model_update_bsz_256_closed_form():
-    state, args, expected = dc.pattern_case()
-    assert_state_equal(run_op(state, args), expected)
+@pytest.fixture
+def postprocess_lens():
+    return postprocess_target
 
 
-@pytest.mark.parametrize("bsz, kind, substep, seed", dc.update_grid())
-def test_draft_model_update_matches_reference(bsz, kind, substep, seed):
-    state, args = dc.make_update_case(np.random.default_rng(seed), bsz, kind, substep)
-    assert_state_equal(run_op(state, args), run_ref(state, args))
+@pytest.fixture(params=[(*case, 0) for case in dc.update_grid()], ids=lambda p: "-".join(map(str, p[:4])))
+def reference_grid(request):
+    """(bsz, kind, substep, seed, extra_rows): every batch size x kind x substep, no rows past bsz."""
+    return request.param
+
+
+@pytest.fixture(params=[(1, "mixed"), (3, "stopped"), (17, "mixed"), (256, "near_max_dec_len"), (256, "all_prefill"),
+                        (256, "eos_drafts")], ids=lambda p: "-".join(map(str, p)))
+def round_grid(request):
+    """(bsz, kind, seed) of the random rounds."""
+    bsz, kind = request.param
+    return bsz, kind, bsz
 
 
 def test_draft_model_update_accepts_fastdeploy_column_shapes():
@@ -98,48 +99,6 @@ def test_draft_model_update_never_proposes_what_the_target_cannot_verify(seed):
     np.testing.assert_array_equal(proposed, ran & (got["step_idx"] < args["max_dec_len"]))
     np.testing.assert_array_equal(got["stop_flags"], ~proposed)
     np.testing.assert_array_equal(got["draft_tokens"][:64, 0], got["base_model_draft_tokens"][:64, s + 1])
-
-
-def test_draft_model_update_round_of_three_substeps_literal():
-    """Substeps 0, 1, 2 fill target draft_tokens[b, 1..3]; postprocess then sets the target L."""
-    state = dc.round_start_state()
-    ref_state = state
-    for s, tokens in enumerate(dc.ROUND_TOKENS):
-        args = dc.update_args(state, tokens, dc.ROUND_MAX_DEC_LEN, substep=s)
-        state, ref_state = run_op(state, args), run_ref(ref_state, args)
-        assert_state_equal(state, ref_state)
-    np.testing.assert_array_equal(state["base_model_draft_tokens"], dc.ROUND_EXPECTED_BASE)
-    np.testing.assert_array_equal(state["seq_lens_this_time"], dc.ROUND_EXPECTED_LENS)
-    np.testing.assert_array_equal(state["seq_lens_encoder"], [0, 0, 0])
-    np.testing.assert_array_equal(state["seq_lens_decoder"], dc.ROUND_EXPECTED_DEC)
-    np.testing.assert_array_equal(state["step_idx"], dc.ROUND_EXPECTED_STEP)
-    np.testing.assert_array_equal(state["stop_flags"], dc.ROUND_EXPECTED_STOP)
-    for (b, j), token in dc.ROUND_EXPECTED_PRE.items():
-        assert state["pre_ids"][b, j] == token, (b, j)
-    assert state["not_need_stop"][0]
-    lens = postprocess_target(state["base_model_draft_tokens"], [9, 9, 9], [0, 0, 0], [False] * 3)
-    np.testing.assert_array_equal(lens, dc.ROUND_EXPECTED_TARGET_LENS)
-
-
-@pytest.mark.parametrize("bsz, kind", [(1, "mixed"), (3, "stopped"), (17, "mixed"), (256, "near_max_dec_len"),
-                                       (256, "all_prefill"), (256, "eos_drafts")])
-def test_draft_model_update_random_rounds_match_reference(bsz, kind):
-    """k = 3 substeps from a random round start; each substep's output index comes from the current
-    draft L/E. The drafts the round leaves are contiguous, so postprocess (strict) accepts them."""
-    rng = np.random.default_rng(bsz)
-    state, args = dc.make_update_case(rng, bsz, kind, 0)
-    for s in range(3):
-        if s > 0:
-            args = dc.next_substep_args(rng, state, args["max_dec_len"], s, capacity=bsz * 4)
-        want = run_ref(state, args)
-        state = run_op(state, args)
-        assert_state_equal(state, want)
-    target = dict(base_model_draft_tokens=state["base_model_draft_tokens"],
-                  base_model_seq_lens_this_time=np.zeros(bsz, np.int32),
-                  base_model_seq_lens_encoder=np.zeros(bsz, np.int32), base_model_stop_flags=np.zeros(bsz, bool))
-    lens = postprocess_target(*target.values())
-    np.testing.assert_array_equal(lens, ref_draft_model_postprocess(target)["base_model_seq_lens_this_time"])
-    assert (lens >= 1).all() and (lens <= 4).all()
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,14 @@ import paddle
 import pytest
 
 from specworker.model_executor.ops import PaddingOffsetOutput, get_padding_offset
-from tests.cases import PADDING_OFFSET_MODES, all_cases, make_step_batch, pack_output_index, padding_offset_inputs
-from tests.reference.get_padding_offset import ref_get_padding_offset
+from tests.cases import all_cases, make_step_batch, pack_output_index
+from tests.padding_offset_cases import (  # noqa: F401  written once, also run on the CUDA kernel
+    DRAFTS, ENCODER, INPUT_IDS, LENS, test_get_padding_offset_capacity_exceeds_token_num_literal,
+    test_get_padding_offset_index_only_without_input_ids_literal, test_get_padding_offset_matches_reference,
+    test_get_padding_offset_mixed_three_slots_literal,
+    test_get_padding_offset_without_drafts_reads_input_ids_literal, test_get_padding_offset_zero_slots,
+    test_get_padding_offset_zero_tokens,
+)
 from tests.reference.speculate_get_seq_lens_output import ref_speculate_get_seq_lens_output
 
 
@@ -13,7 +19,7 @@ def tensor(x, dtype):
     return None if x is None else paddle.to_tensor(x if isinstance(x, np.ndarray) else np.asarray(x, dtype=dtype))
 
 
-def run(input_ids, lens, draft_tokens, encoder, token_num_cpu):
+def run_op(input_ids, lens, draft_tokens, encoder, token_num_cpu):
     """Calls the op on numpy/list inputs (None stays None); returns numpy outputs."""
     out = get_padding_offset(tensor(input_ids, np.int64), tensor(lens, np.int32), tensor(draft_tokens, np.int64),
                              tensor(encoder, np.int32), token_num_cpu)
@@ -21,72 +27,16 @@ def run(input_ids, lens, draft_tokens, encoder, token_num_cpu):
     return ids, out.batch_id_per_token.numpy(), out.cu_seqlens_q.numpy(), out.cu_seqlens_k.numpy()
 
 
-# Slot 0 prefill (3 prompt tokens), slot 1 stopped, slot 2 decode (last accepted 35 + draft 36).
-INPUT_IDS = [[11, 12, 13], [21, 22, 23], [31, 32, 33]]
-DRAFTS = [[-1, -1], [-1, -1], [35, 36]]
-LENS = [3, 0, 2]
-ENCODER = [3, 0, 0]
-
-
-def test_get_padding_offset_mixed_three_slots_literal():
-    ids, batch_id, cu_q, cu_k = run(INPUT_IDS, LENS, DRAFTS, ENCODER, 5)
-    np.testing.assert_array_equal(ids, [11, 12, 13, 35, 36])
-    np.testing.assert_array_equal(batch_id, [0, 0, 0, 2, 2])
-    np.testing.assert_array_equal(cu_q, [0, 3, 3, 5])
-    np.testing.assert_array_equal(cu_k, [0, 3, 3, 5])
-
-
-def test_get_padding_offset_without_drafts_reads_input_ids_literal():
-    ids, batch_id, cu_q, _ = run(INPUT_IDS, LENS, None, None, 5)
-    np.testing.assert_array_equal(ids, [11, 12, 13, 31, 32])
-    np.testing.assert_array_equal(batch_id, [0, 0, 0, 2, 2])
-    np.testing.assert_array_equal(cu_q, [0, 3, 3, 5])
-
-
-def test_get_padding_offset_capacity_exceeds_token_num_literal():
-    ids, batch_id, cu_q, cu_k = run(INPUT_IDS, LENS, DRAFTS, ENCODER, 8)
-    np.testing.assert_array_equal(ids, [11, 12, 13, 35, 36, -1, -1, -1])
-    np.testing.assert_array_equal(batch_id, [0, 0, 0, 2, 2, -1, -1, -1])
-    np.testing.assert_array_equal(cu_q, [0, 3, 3, 5])
-    np.testing.assert_array_equal(cu_k, [0, 3, 3, 5])
-
-
-def test_get_padding_offset_index_only_without_input_ids_literal():
-    """input_ids=None: no token copy, ids_remove_padding is None; lengths are not bounded by S."""
-    ids, batch_id, cu_q, cu_k = run(None, [1, 0, 4], None, None, 6)
-    assert ids is None
-    np.testing.assert_array_equal(batch_id, [0, 2, 2, 2, 2, -1])
-    np.testing.assert_array_equal(cu_q, [0, 1, 1, 5])
-    np.testing.assert_array_equal(cu_k, [0, 1, 1, 5])
-
-
-def test_get_padding_offset_zero_tokens():
-    ids, batch_id, cu_q, cu_k = run(INPUT_IDS, [0, 0, 0], DRAFTS, [0, 0, 0], 4)
-    np.testing.assert_array_equal(ids, [-1, -1, -1, -1])
-    np.testing.assert_array_equal(batch_id, [-1, -1, -1, -1])
-    np.testing.assert_array_equal(cu_q, [0, 0, 0, 0])
-    np.testing.assert_array_equal(cu_k, [0, 0, 0, 0])
-    ids, batch_id, cu_q, _ = run(INPUT_IDS, [0, 0, 0], None, None, 0)
-    assert ids.shape == (0,) and batch_id.shape == (0,)
-    np.testing.assert_array_equal(cu_q, [0, 0, 0, 0])
-
-
-@pytest.mark.parametrize("rows", [3, 0])
-def test_get_padding_offset_zero_slots(rows):
-    """bsz = 0 with FastDeploy-sized buffers (rows = 3) and with empty ones (rows = 0, which
-    Paddle hands to the op as None)."""
-    ids, batch_id, cu_q, cu_k = run(np.zeros((rows, 3), np.int64), np.zeros(0, np.int32),
-                                    np.zeros((rows, 2), np.int64), np.zeros(0, np.int32), 3)
-    np.testing.assert_array_equal(ids, [-1, -1, -1])
-    np.testing.assert_array_equal(batch_id, [-1, -1, -1])
-    np.testing.assert_array_equal(cu_q, [0])
-    np.testing.assert_array_equal(cu_k, [0])
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/padding_offset_cases.py): the Paddle op."""
+    return run_op
 
 
 def test_get_padding_offset_ignores_buffer_rows_past_bsz():
     """FastDeploy passes [max_num_seqs, *] buffers with only the first bsz slots live."""
     drafts = [[-1, -1], [25, 26], [35, 36], [95, 96]]
-    ids, batch_id, cu_q, _ = run(INPUT_IDS + [[91, 92, 93]], [2, 2], drafts, [2, 0], 4)
+    ids, batch_id, cu_q, _ = run_op(INPUT_IDS + [[91, 92, 93]], [2, 2], drafts, [2, 0], 4)
     np.testing.assert_array_equal(ids, [11, 12, 25, 26])
     np.testing.assert_array_equal(batch_id, [0, 0, 1, 1])
     np.testing.assert_array_equal(cu_q, [0, 2, 4])
@@ -94,7 +44,7 @@ def test_get_padding_offset_ignores_buffer_rows_past_bsz():
 
 def test_get_padding_offset_accepts_fastdeploy_column_shape():
     lens, enc = np.array(LENS, np.int32).reshape(3, 1), np.array(ENCODER, np.int32).reshape(3, 1)
-    ids, batch_id, cu_q, _ = run(INPUT_IDS, lens, DRAFTS, enc, 5)
+    ids, batch_id, cu_q, _ = run_op(INPUT_IDS, lens, DRAFTS, enc, 5)
     np.testing.assert_array_equal(ids, [11, 12, 13, 35, 36])
     np.testing.assert_array_equal(batch_id, [0, 0, 0, 2, 2])
     np.testing.assert_array_equal(cu_q, [0, 3, 3, 5])
@@ -111,22 +61,6 @@ def test_get_padding_offset_returns_typed_outputs():
     assert (cu_k.shape, cu_k.dtype) == ([4], paddle.int32)
 
 
-@pytest.mark.parametrize("mode", PADDING_OFFSET_MODES)
-@pytest.mark.parametrize("bsz, kind, seed", all_cases())
-def test_get_padding_offset_matches_reference(bsz, kind, seed, mode):
-    batch = make_step_batch(np.random.default_rng(seed), bsz, kind)
-    input_ids, drafts, encoder = padding_offset_inputs(batch, mode, extra_rows=2)
-    for capacity in (batch.token_num, batch.token_num + 13):
-        got = run(input_ids, batch.seq_lens_this_time, drafts, encoder, capacity)
-        want = ref_get_padding_offset(input_ids, batch.seq_lens_this_time, drafts, encoder, capacity)
-        if mode == "index_only":
-            assert got[0] is None and want[0] is None
-        else:
-            np.testing.assert_array_equal(got[0], want[0])
-        for g, w in zip(got[1:], want[1:]):
-            np.testing.assert_array_equal(g, w)
-
-
 @pytest.mark.parametrize("bsz, kind, seed", all_cases())
 def test_get_padding_offset_output_side_matches_definition(bsz, kind, seed):
     """pre_process's output side: get_padding_offset(None, seq_lens_output, None, None, N * D)
@@ -135,7 +69,7 @@ def test_get_padding_offset_output_side_matches_definition(bsz, kind, seed):
     seq_lens_output = ref_speculate_get_seq_lens_output(
         batch.seq_lens_this_time, batch.seq_lens_encoder, batch.seq_lens_decoder)
     capacity = bsz * batch.draft_tokens.shape[1]
-    _, batch_id, cu_q, _ = run(None, seq_lens_output, None, None, capacity)
+    _, batch_id, cu_q, _ = run_op(None, seq_lens_output, None, None, capacity)
     want_batch_id, want_cu = pack_output_index(seq_lens_output, capacity)
     np.testing.assert_array_equal(batch_id, want_batch_id)
     np.testing.assert_array_equal(cu_q, want_cu)
@@ -189,7 +123,7 @@ BAD_INPUTS = [
 @pytest.mark.parametrize("args, match", BAD_INPUTS)
 def test_get_padding_offset_rejects_bad_input(args, match):
     with pytest.raises(ValueError, match=match):
-        run(*args)
+        run_op(*args)
 
 
 def test_get_padding_offset_rejects_non_int_token_num():

@@ -8,14 +8,13 @@ import paddle
 import pytest
 
 from specworker.model_executor.ops import rebuild_padding
-from tests.cases import all_cases, make_step_batch, pack_output_index, seq_lens_output
+from tests.cases import make_step_batch, pack_output_index, seq_lens_output
+from tests.rebuild_padding_cases import (  # noqa: F401  written once, also run on the CUDA kernel
+    DTYPES, NUM_DRAFT, TMP_OUT, cu_seqlens, test_rebuild_padding_decode_rows_use_local_index,
+    test_rebuild_padding_fails_with_padding_offsets_as_batch_ids, test_rebuild_padding_matches_reference,
+    test_rebuild_padding_rejects_unpaired_output_index, test_rebuild_padding_zero_tokens,
+)
 from tests.reference.rebuild_padding import ref_rebuild_padding
-
-DTYPES = ["float32", "float16", "bfloat16"]
-NUM_DRAFT = 3  # make_step_batch's default: D = 4 query tokens per decode slot at most
-
-# Five packed rows, H = 2: row t is [10 t, 10 t + 1], so every expected row names its source.
-TMP_OUT = np.array([[0, 1], [10, 11], [20, 21], [30, 31], [40, 41]], dtype=np.float32)
 
 
 def _i32(x) -> paddle.Tensor:
@@ -30,16 +29,12 @@ def _np(t: paddle.Tensor) -> np.ndarray:
     return t.astype("float32").numpy()
 
 
-def _cu(lens) -> np.ndarray:
-    return np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
-
-
 def _run(tmp_out, lens, dec, enc, batch_ids=None, cu_out=None, first=None, enable_logprob=False,
          dtype="float32", cu_q=None):
     """Calls the op on numpy inputs; returns (out, first_token_out after the call) as float32 numpy."""
     first_t = None if first is None else _hidden(first, dtype)
     out = rebuild_padding(
-        _hidden(tmp_out, dtype), _i32(_cu(lens) if cu_q is None else cu_q), _i32(lens), _i32(dec), _i32(enc),
+        _hidden(tmp_out, dtype), _i32(cu_seqlens(lens) if cu_q is None else cu_q), _i32(lens), _i32(dec), _i32(enc),
         None if batch_ids is None else _i32(batch_ids), None if cu_out is None else _i32(cu_out),
         first_t, enable_logprob)
     return _np(out), None if first_t is None else _np(first_t)
@@ -48,6 +43,41 @@ def _run(tmp_out, lens, dec, enc, batch_ids=None, cu_out=None, first=None, enabl
 def _random_hidden(rng, rows: int, hidden: int) -> np.ndarray:
     # Quarter-integers in [-32, 32): exact in float16 and bfloat16, so every dtype compares exactly.
     return (rng.integers(-128, 128, size=(rows, hidden)) / 4).astype(np.float32)
+
+
+def _dirty_allocator(nbytes: int) -> None:
+    """Frees a block of large non-zero floats, so an output row the op forgets to zero shows up."""
+    junk = paddle.full([nbytes // 4], 3.0e38, dtype="float32")
+    del junk
+
+
+def run_op(tmp_out, lens, dec, enc, batch_ids=None, cu_out=None, first=None, enable_logprob=False, dtype="float32"):
+    """The shared tests' call: _run after freeing a dirty block of the output's size."""
+    out_rows = np.asarray(lens).reshape(-1).shape[0] if batch_ids is None else len(batch_ids)
+    _dirty_allocator(max(out_rows * np.asarray(tmp_out).shape[1] * 4, 4))
+    return _run(tmp_out, lens, dec, enc, batch_ids, cu_out, first, enable_logprob, dtype)
+
+
+def _refuses(call, match, zero_rows=None, unlike=None):
+    """The op refuses an invalid output index by raising before any write."""
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/rebuild_padding_cases.py): the Paddle op."""
+    return run_op
+
+
+@pytest.fixture
+def hidden_rows():
+    return lambda rng, shape, dtype: _random_hidden(rng, *shape)
+
+
+@pytest.fixture
+def refuses():
+    return _refuses
 
 
 # --- literal three-slot cases -------------------------------------------------------------------
@@ -134,20 +164,11 @@ def _grid_inputs(bsz, kind, seed, hidden, with_index):
 def _check_against_reference(batch, tmp_out, index, dtype, first=None, enable_logprob=False):
     args = (batch.seq_lens_this_time, batch.seq_lens_decoder, batch.seq_lens_encoder)
     out, first_after = _run(tmp_out, *args, first=first, enable_logprob=enable_logprob, dtype=dtype, **index)
-    want, want_first = ref_rebuild_padding(tmp_out, _cu(batch.seq_lens_this_time), *args,
+    want, want_first = ref_rebuild_padding(tmp_out, cu_seqlens(batch.seq_lens_this_time), *args,
                                            index.get("batch_ids"), index.get("cu_out"), first, enable_logprob)
     np.testing.assert_array_equal(out, want)
     if first is not None:
         np.testing.assert_array_equal(first_after, want_first)
-
-
-@pytest.mark.parametrize("with_index", [False, True], ids=["per_slot", "output_index"])
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("bsz, kind, seed", all_cases())
-def test_rebuild_padding_matches_reference(bsz, kind, seed, dtype, with_index):
-    batch, tmp_out, index = _grid_inputs(bsz, kind, seed, hidden=8, with_index=with_index)
-    first = np.full((bsz, 8), -3, dtype=np.float32)
-    _check_against_reference(batch, tmp_out, index, dtype, first=first, enable_logprob=True)
 
 
 @pytest.mark.parametrize("hidden", [111, 7168])
@@ -156,21 +177,6 @@ def test_rebuild_padding_matches_reference(bsz, kind, seed, dtype, with_index):
 def test_rebuild_padding_matches_reference_wide_rows(hidden, dtype, with_index):
     batch, tmp_out, index = _grid_inputs(17, "mixed", 7, hidden, with_index)
     _check_against_reference(batch, tmp_out, index, dtype)
-
-
-def _dirty_allocator(nbytes: int) -> None:
-    """Frees a block of large non-zero floats, so an output row the op forgets to zero shows up."""
-    junk = paddle.full([nbytes // 4], 3.0e38, dtype="float32")
-    del junk
-
-
-@pytest.mark.parametrize("with_index", [False, True])
-def test_rebuild_padding_zero_tokens(with_index):
-    """T = 0 (every slot idle): a valid all-zero output, not an error or an invalid launch."""
-    index = dict(batch_ids=[-1] * 8, cu_out=[0, 0, 0, 0]) if with_index else {}
-    _dirty_allocator(8 * 16 * 4)
-    out, _ = _run(np.zeros((0, 16), np.float32), lens=[0, 0, 0], dec=[5, 0, 2], enc=[0, 0, 0], **index)
-    np.testing.assert_array_equal(out, np.zeros((8 if with_index else 3, 16)))
 
 
 def test_rebuild_padding_rows_past_output_tokens_are_zero():
@@ -187,17 +193,6 @@ def test_rebuild_padding_rows_past_output_tokens_are_zero():
 
 # --- docs/spec.md §7 regression tests --------------------------------------------------------------------
 
-@pytest.mark.parametrize("given", ["batch_id_per_token_output", "cu_seqlens_q_output"])
-def test_rebuild_padding_rejects_unpaired_output_index(given):
-    """docs/spec.md §7 defect 5: the seed's rebuild_padding dereferenced cu_seqlens_q_output.get_ptr()
-    whenever batch_id_per_token_output was given, so passing only one of the pair read through a
-    null pointer. Giving either one alone must be a clear error, in both directions."""
-    batch_ids, cu_out = [0, 0, 0, 1, -1, -1], [0, 3, 4, 4]
-    kwargs = {"batch_ids": batch_ids} if given == "batch_id_per_token_output" else {"cu_out": cu_out}
-    with pytest.raises(ValueError, match=f"must be given together.*{given}=given"):
-        _run(TMP_OUT, lens=[3, 2, 0], dec=[6, 0, 0], enc=[0, 2, 0], **kwargs)
-
-
 def test_output_index_fixture_is_prefix_sum_and_slot_ids():
     """docs/spec.md §7 defect 7: the seed's fixtures built cu_seqlens_q_output from a cumsum of an [N, 1]
     tensor (a nested list [[2], [4], ...]) and batch_id_per_token_output as arange(N) * 2, so the
@@ -210,33 +205,6 @@ def test_output_index_fixture_is_prefix_sum_and_slot_ids():
     np.testing.assert_array_equal(cu_out, [0, 3, 4, 4])
     out, _ = _run(TMP_OUT, lens=[3, 2, 0], dec=[6, 0, 0], enc=[0, 2, 0], batch_ids=batch_ids, cu_out=cu_out)
     np.testing.assert_array_equal(out, [[0, 1], [10, 11], [20, 21], [40, 41], [0, 0], [0, 0]])
-
-
-def _seed_padding_offsets(seq_lens_out, max_seq_len):
-    """The WRONG fixture of the seed's tests: FastDeploy [A]'s output padding offset of each row,
-    output_cum_offsets[b] = sum_{j<b} (S - O_j), stored under the name batch_id_per_token_output."""
-    offsets, cum = [], 0
-    for o in seq_lens_out:
-        offsets += [cum] * int(o)
-        cum += max_seq_len - int(o)
-    return np.array(offsets, dtype=np.int32)
-
-
-def test_rebuild_padding_fails_with_padding_offsets_as_batch_ids():
-    """docs/spec.md §7 defect 8: the seed's test stored padding offsets (cumulative S - O_b) under the name
-    batch_id_per_token_output, and its reference repeated the old semantics, so the test agreed with
-    whatever the kernel did. Slots beyond 0 get offsets that are not slot ids ([0, 0, 2, 5, 5, 5]
-    here: row 2 claims slot 2, rows 3..5 slot 5 of 3), so the op must not return the expected rows."""
-    lens, dec, enc = [2, 1, 3], [4, 4, 4], [0, 0, 0]  # all decode: O = L = [2, 1, 3]
-    tmp_out = np.arange(6 * 2, dtype=np.float32).reshape(6, 2)
-    batch_ids, cu_out = pack_output_index(seq_lens_output(lens, enc))
-    expected, _ = ref_rebuild_padding(tmp_out, _cu(lens), lens, dec, enc, batch_ids, cu_out)
-    out, _ = _run(tmp_out, lens, dec, enc, batch_ids=batch_ids, cu_out=cu_out)
-    np.testing.assert_array_equal(out, expected)  # positive control: the right fixture passes
-    offsets = _seed_padding_offsets(seq_lens_output(lens, enc), max_seq_len=4)
-    np.testing.assert_array_equal(offsets, [0, 0, 2, 5, 5, 5])
-    with pytest.raises(ValueError, match=r"output row 2 has batch id 2 but slot 2's rows are .* = \[3, 6\)"):
-        _run(tmp_out, lens, dec, enc, batch_ids=offsets, cu_out=cu_out)
 
 
 def test_cu_seqlens_q_output_not_from_blank_lengths():
@@ -257,17 +225,6 @@ def test_cu_seqlens_q_output_not_from_blank_lengths():
         _run(tmp_out, lens, dec, enc, batch_ids=batch_ids, cu_out=blank_cu)
     out, _ = _run(tmp_out, lens, dec, enc, batch_ids=batch_ids, cu_out=cu_out)  # positive control
     np.testing.assert_array_equal(out, tmp_out)
-
-
-def test_rebuild_padding_decode_rows_use_local_index():
-    """FastDeploy's CPU rebuild_padding (docs/spec.md §8.5) computes each output row's slot but reads
-    cu_seqlens_q[b] + seq_id without the row's local index, so every decode row of a slot gets the
-    slot's first query token. Two multi-token decode slots make that visible: ours must return
-    rows 0, 1, 2 for slot 0 and 3, 4 for slot 1, not 0, 0, 0, 3, 3."""
-    lens, dec, enc = [3, 2], [9, 9], [0, 0]
-    batch_ids, cu_out = pack_output_index(seq_lens_output(lens, enc))
-    out, _ = _run(TMP_OUT, lens, dec, enc, batch_ids=batch_ids, cu_out=cu_out)
-    np.testing.assert_array_equal(out, TMP_OUT)
 
 
 def test_rebuild_padding_rejects_column_cu_seqlens_q_output():

@@ -8,7 +8,11 @@ import pytest
 from specworker.model_executor import ops
 from specworker.model_executor.ops import SpeculatePreProcessOutput, speculate_pre_process
 from tests.cases import all_cases, make_step_batch, pack_output_index, seq_lens_output
-from tests.reference.speculate_pre_process import ref_speculate_pre_process
+from tests.pre_process_cases import (  # noqa: F401  written once, also run on the CUDA kernel
+    DRAFTS, ENCODER, INPUT_IDS, LENS, test_speculate_pre_process_matches_reference,
+    test_speculate_pre_process_non_speculative_literal, test_speculate_pre_process_three_slots_literal,
+    test_speculate_pre_process_zero_slots, test_speculate_pre_process_zero_tokens,
+)
 
 OUTPUTS = SpeculatePreProcessOutput._fields
 
@@ -18,7 +22,7 @@ def tensor(x, dtype):
     return None if x is None else paddle.to_tensor(x if isinstance(x, np.ndarray) else np.asarray(x, dtype=dtype))
 
 
-def run(token_num_cpu, input_ids, lens, drafts, encoder, decoder=None):
+def run_op(token_num_cpu, input_ids, lens, drafts, encoder, decoder=None):
     """Calls the op on numpy/list inputs; returns a dict of numpy outputs."""
     decoder = np.zeros(len(np.reshape(lens, -1)), np.int32) if decoder is None else decoder
     out = speculate_pre_process(token_num_cpu, tensor(input_ids, np.int64), tensor(lens, np.int32),
@@ -27,35 +31,15 @@ def run(token_num_cpu, input_ids, lens, drafts, encoder, decoder=None):
     return {name: getattr(out, name).numpy() for name in OUTPUTS}
 
 
-def assert_matches_reference(token_num_cpu, input_ids, lens, drafts, encoder, decoder=None):
-    got = run(token_num_cpu, input_ids, lens, drafts, encoder, decoder)
-    want = ref_speculate_pre_process(token_num_cpu, np.asarray(input_ids), lens, drafts, encoder, decoder)
-    for name in OUTPUTS:
-        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-
-
-# Slot 0 decodes 3 tokens (last accepted 7, drafts 8, 9), slot 1 is idle, slot 2 prefills 4.
-INPUT_IDS = [[10, 11, 12, 13], [20, 21, 22, 23], [30, 31, 32, 33]]
-DRAFTS = [[7, 8, 9], [-1, -1, -1], [-1, -1, -1]]
-LENS = [3, 0, 4]
-ENCODER = [0, 0, 4]
-
-
-def test_speculate_pre_process_three_slots_literal():
-    out = run(7, INPUT_IDS, LENS, DRAFTS, ENCODER)
-    np.testing.assert_array_equal(out["ids_remove_padding"], [7, 8, 9, 30, 31, 32, 33])
-    np.testing.assert_array_equal(out["batch_id_per_token"], [0, 0, 0, 2, 2, 2, 2])
-    np.testing.assert_array_equal(out["cu_seqlens_q"], [0, 3, 3, 7])
-    np.testing.assert_array_equal(out["cu_seqlens_k"], [0, 3, 3, 7])
-    np.testing.assert_array_equal(out["seq_lens_output"], [3, 0, 1])
-    np.testing.assert_array_equal(out["cu_seqlens_q_output"], [0, 3, 3, 4])
-    np.testing.assert_array_equal(out["batch_id_per_token_output"], [0, 0, 0, 2, -1, -1, -1, -1, -1])
-    np.testing.assert_array_equal(out["real_output_token_num"], [4])
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/pre_process_cases.py): the Paddle op."""
+    return run_op
 
 
 def test_speculate_pre_process_fastdeploy_exact_token_case_literal():
     """FastDeploy's test_speculate_pre_process exact case: decode slot of 3, prefill chunk of 2."""
-    out = run(5, [[100, 101, 102, 103, 104], [200, 201, 202, 203, 204]], [3, 2],
+    out = run_op(5, [[100, 101, 102, 103, 104], [200, 201, 202, 203, 204]], [3, 2],
               [[10, 11, 12, 13], [20, 21, 22, 23]], [0, 5])
     np.testing.assert_array_equal(out["ids_remove_padding"], [10, 11, 12, 200, 201])
     np.testing.assert_array_equal(out["batch_id_per_token"], [0, 0, 0, 1, 1])
@@ -64,35 +48,11 @@ def test_speculate_pre_process_fastdeploy_exact_token_case_literal():
     np.testing.assert_array_equal(out["batch_id_per_token_output"], [0, 0, 0, 1, -1, -1, -1, -1])
 
 
-def test_speculate_pre_process_non_speculative_literal():
-    """No drafts: every slot reads input_ids, capacity bsz * 1, one output row per running slot."""
-    out = run(4, [[10, 11, 12], [20, 21, 22], [30, 31, 32]], [1, 2, 0], None, [0, 2, 0])
-    np.testing.assert_array_equal(out["ids_remove_padding"], [10, 20, 21, -1])
-    np.testing.assert_array_equal(out["batch_id_per_token"], [0, 1, 1, -1])
-    np.testing.assert_array_equal(out["seq_lens_output"], [1, 1, 0])
-    np.testing.assert_array_equal(out["cu_seqlens_q_output"], [0, 1, 2, 2])
-    np.testing.assert_array_equal(out["batch_id_per_token_output"], [0, 1, -1])
-    np.testing.assert_array_equal(out["real_output_token_num"], [2])
-
-
-@pytest.mark.parametrize("speculative", [True, False], ids=["spec", "nonspec"])
-@pytest.mark.parametrize("bsz, kind, seed", all_cases())
-def test_speculate_pre_process_matches_reference(bsz, kind, seed, speculative):
-    batch = make_step_batch(np.random.default_rng(seed), bsz, kind)
-    if not speculative:  # a non-speculative decode slot feeds exactly one token
-        batch.seq_lens_this_time = np.where(batch.seq_lens_encoder > 0, batch.seq_lens_this_time,
-                                            np.minimum(batch.seq_lens_this_time, 1)).astype(np.int32)
-    drafts = batch.draft_tokens if speculative else None
-    for cap in (batch.token_num, batch.token_num + 13):
-        assert_matches_reference(cap, batch.input_ids, batch.seq_lens_this_time, drafts, batch.seq_lens_encoder,
-                                 batch.seq_lens_decoder)
-
-
 @pytest.mark.parametrize("bsz, kind, seed", all_cases())
 def test_speculate_pre_process_output_side_is_its_definition(bsz, kind, seed):
     """Output side against docs/spec.md §7 item 7's definition (slot ids repeated O_b times, 1-D prefix sum)."""
     batch = make_step_batch(np.random.default_rng(seed), bsz, kind)
-    out = run(batch.token_num, batch.input_ids, batch.seq_lens_this_time, batch.draft_tokens,
+    out = run_op(batch.token_num, batch.input_ids, batch.seq_lens_this_time, batch.draft_tokens,
               batch.seq_lens_encoder)
     rows = seq_lens_output(batch.seq_lens_this_time, batch.seq_lens_encoder)
     batch_ids, cu = pack_output_index(rows, capacity=bsz * batch.draft_tokens.shape[1])
@@ -127,28 +87,9 @@ def test_speculate_pre_process_equals_unfused_ops(speculative):
 
 def test_speculate_pre_process_accepts_fastdeploy_column_shapes():
     col = [np.array(x, np.int32).reshape(3, 1) for x in (LENS, ENCODER, [5, 0, 0])]
-    out = run(7, INPUT_IDS, col[0], DRAFTS, col[1], col[2])
+    out = run_op(7, INPUT_IDS, col[0], DRAFTS, col[1], col[2])
     np.testing.assert_array_equal(out["cu_seqlens_q"], [0, 3, 3, 7])
     np.testing.assert_array_equal(out["seq_lens_output"], [3, 0, 1])
-
-
-def test_speculate_pre_process_zero_tokens():
-    """T = 0 returns valid outputs (FastDeploy [C] returned undefined tensors here)."""
-    out = run(3, INPUT_IDS, [0, 0, 0], DRAFTS, [0, 0, 0])
-    np.testing.assert_array_equal(out["ids_remove_padding"], [-1, -1, -1])
-    np.testing.assert_array_equal(out["cu_seqlens_q"], [0, 0, 0, 0])
-    np.testing.assert_array_equal(out["cu_seqlens_q_output"], [0, 0, 0, 0])
-    np.testing.assert_array_equal(out["batch_id_per_token_output"], [-1] * 9)
-    np.testing.assert_array_equal(out["real_output_token_num"], [0])
-
-
-def test_speculate_pre_process_zero_slots():
-    out = run(2, np.zeros((0, 4), np.int64), np.zeros(0, np.int32), np.zeros((0, 3), np.int64),
-              np.zeros(0, np.int32))
-    np.testing.assert_array_equal(out["ids_remove_padding"], [-1, -1])
-    np.testing.assert_array_equal(out["cu_seqlens_q"], [0])
-    assert out["batch_id_per_token_output"].shape == (0,) and out["seq_lens_output"].shape == (0,)
-    np.testing.assert_array_equal(out["real_output_token_num"], [0])
 
 
 @pytest.mark.parametrize(
@@ -171,14 +112,14 @@ def test_speculate_pre_process_rejects_bad_input(args, match):
     a = dict(cap=7, input_ids=INPUT_IDS, lens=LENS, drafts=DRAFTS, encoder=ENCODER, decoder=None)
     a.update(args)
     with pytest.raises(ValueError, match=match):
-        run(a["cap"], a["input_ids"], a["lens"], a["drafts"], a["encoder"], a["decoder"])
+        run_op(a["cap"], a["input_ids"], a["lens"], a["drafts"], a["encoder"], a["decoder"])
 
 
 def test_speculate_pre_process_rejects_host_float_capacity():
     with pytest.raises(TypeError, match="token_num_cpu must be a host int, got float"):
-        run(7.0, INPUT_IDS, LENS, DRAFTS, ENCODER)
+        run_op(7.0, INPUT_IDS, LENS, DRAFTS, ENCODER)
 
 
 def test_speculate_pre_process_rejects_empty_draft_width():
     with pytest.raises(ValueError, match=r"draft_tokens has shape \[3, 0\], expected \[N, k \+ 1\]"):
-        run(7, INPUT_IDS, [0, 0, 4], np.zeros((3, 0), np.int64), ENCODER)
+        run_op(7, INPUT_IDS, [0, 0, 4], np.zeros((3, 0), np.int64), ENCODER)
