@@ -3,7 +3,12 @@ import numpy as np
 import pytest
 
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
-from tests.mtp_cases import all_round_cases, make_round_state
+from tests.draft_preprocess_cases import (  # noqa: F401  written once, also run on the Paddle op
+    assert_states_equal, literal_state, test_draft_model_preprocess_bsz_256_structured,
+    test_draft_model_preprocess_bsz_one_decode_literal, test_draft_model_preprocess_matches_reference,
+    test_draft_model_preprocess_three_slots_literal,
+)
+from tests.mtp_cases import make_round_state
 from tests.reference.draft_model_preprocess import UPDATED_KEYS, ref_draft_model_preprocess
 
 cp = require_gpu()
@@ -54,53 +59,11 @@ def run_kernel(state, num_model_steps=1, is_splitwise_prefill=False, truncate_fi
     return new
 
 
-def assert_states_equal(got, want, keys=UPDATED_KEYS):
-    for k in keys:
-        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
-
-
-def literal_state():
-    """Slot 0 just finished a 4-token prefill (emitted 21), slot 1 decode (emitted 31, 32),
-    slot 2 target stopped (same case as the CPU test)."""
-    return {
-        "draft_tokens": np.array([[-1, -1, -1], [30, 7, 8], [9, 9, 9]], np.int64),
-        "input_ids": np.array([[11, 12, 13, -1, -1], [0] * 5, [0] * 5], np.int64),
-        "stop_flags": np.array([False, True, False]),
-        "seq_lens_this_time": np.array([4, 3, 1], np.int32),
-        "seq_lens_encoder": np.array([4, 0, 0], np.int32),
-        "seq_lens_decoder": np.array([2, 40, 6], np.int32),
-        "step_idx": np.array([0, 9, 4], np.int64),
-        "not_need_stop": np.array([False]),
-        "pre_ids": np.full((3, 8), -1, np.int64),
-        "accept_tokens": np.array([[21, -1, -1], [31, 32, -1], [41, 42, -1]], np.int64),
-        "accept_num": np.array([1, 2, 2], np.int32),
-        "target_model_seq_lens_encoder": np.array([0, 0, 0], np.int32),
-        "target_model_seq_lens_decoder": np.array([6, 10, 7], np.int32),
-        "target_model_step_idx": np.array([1, 5, 3], np.int64),
-        "target_model_stop_flags": np.array([False, False, True]),
-        "max_dec_len": np.array([100, 100, 100], np.int64),
-        "target_model_draft_tokens": np.array([[21, 5, 6], [32, 7, 8], [42, 9, 9]], np.int64),
-        "target_model_is_block_step": None,
-    }
-
-
-def test_draft_model_preprocess_cuda_three_slots_literal():
-    got = run_kernel(literal_state())
-    pre_ids = np.full((3, 8), -1, np.int64)
-    pre_ids[0, 0] = 21
-    pre_ids[1, 3:5] = [31, 32]
-    assert_states_equal(got, {
-        "draft_tokens": [[-1, -1, -1], [31, 32, 8], [9, 9, 9]],
-        "input_ids": [[11, 12, 13, 21, -1], [0] * 5, [0] * 5],
-        "stop_flags": [False, False, True],
-        "seq_lens_this_time": [4, 2, 0],
-        "seq_lens_encoder": [4, 0, 0],
-        "seq_lens_decoder": [2, 8, 0],
-        "step_idx": [0, 3, 0],
-        "not_need_stop": [True],
-        "pre_ids": pre_ids,
-        "target_model_draft_tokens": [[21, -1, -1], [32, -1, -1], [42, -1, -1]],
-    })
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/draft_preprocess_cases.py): the kernel, GUARD and
+    read-only inputs checked."""
+    return run_kernel
 
 
 def test_draft_model_preprocess_cuda_just_finished_prefill_and_append_form():
@@ -142,64 +105,6 @@ def test_draft_model_preprocess_cuda_all_stopped_and_zero_slots():
     got = run_kernel(st, bsz=0)  # bsz = 0: nothing touched, not_need_stop cleared
     np.testing.assert_array_equal(got["not_need_stop"], [False])
     assert_states_equal(got, st, keys=[k for k in UPDATED_KEYS if k != "not_need_stop"])
-
-
-def test_draft_model_preprocess_cuda_bsz_one_decode_literal():
-    st = {k: (v[1:2] if v is not None and k != "not_need_stop" else v) for k, v in literal_state().items()}
-    got = run_kernel(st)
-    np.testing.assert_array_equal(got["draft_tokens"], [[31, 32, 8]])
-    np.testing.assert_array_equal(got["pre_ids"], [[-1, -1, -1, 31, 32, -1, -1, -1]])
-    np.testing.assert_array_equal(got["seq_lens_this_time"], [2])
-    np.testing.assert_array_equal(got["seq_lens_decoder"], [8])
-    np.testing.assert_array_equal(got["step_idx"], [3])
-    np.testing.assert_array_equal(got["stop_flags"], [False])
-    np.testing.assert_array_equal(got["not_need_stop"], [True])
-    np.testing.assert_array_equal(got["target_model_draft_tokens"], [[32, -1, -1]])
-
-
-def test_draft_model_preprocess_cuda_bsz_256_structured():
-    bsz, D, Sp = 256, 4, 300
-    b = np.arange(bsz)
-    n = (1 + b % 4).astype(np.int32)
-    stopped = b % 5 == 0
-    st = {
-        "draft_tokens": np.full((bsz, D), -1, np.int64),
-        "input_ids": np.zeros((bsz, 8), np.int64),
-        "stop_flags": np.zeros(bsz, bool),
-        "seq_lens_this_time": np.ones(bsz, np.int32),
-        "seq_lens_encoder": np.zeros(bsz, np.int32),
-        "seq_lens_decoder": np.zeros(bsz, np.int32),
-        "step_idx": np.zeros(bsz, np.int64),
-        "not_need_stop": np.array([False]),
-        "pre_ids": np.full((bsz, Sp), -1, np.int64),
-        "accept_tokens": (1000 * b[:, None] + np.arange(D)[None, :]).astype(np.int64),
-        "accept_num": n,
-        "target_model_seq_lens_encoder": np.zeros(bsz, np.int32),
-        "target_model_seq_lens_decoder": (100 + b).astype(np.int32),
-        "target_model_step_idx": (10 + b).astype(np.int64),
-        "target_model_stop_flags": stopped,
-        "max_dec_len": np.full(bsz, 1000, np.int64),
-        "target_model_draft_tokens": np.full((bsz, D), 5, np.int64),
-    }
-    got = run_kernel(st)
-    np.testing.assert_array_equal(got["seq_lens_this_time"], np.where(stopped, 0, n))
-    np.testing.assert_array_equal(got["seq_lens_decoder"], np.where(stopped, 0, 100 + b - n))
-    np.testing.assert_array_equal(got["step_idx"], np.where(stopped, 0, 10 + b - n))
-    for s in range(bsz):
-        k = 0 if stopped[s] else n[s]
-        np.testing.assert_array_equal(got["draft_tokens"][s, :k], 1000 * s + np.arange(k))
-        np.testing.assert_array_equal(got["pre_ids"][s, 10 + s - k:10 + s], 1000 * s + np.arange(k))
-    np.testing.assert_array_equal(got["target_model_draft_tokens"][:, 1:], -1)
-
-
-@pytest.mark.parametrize("num_model_steps", [1, 2])
-@pytest.mark.parametrize("bsz, kind, seed", all_round_cases())
-def test_draft_model_preprocess_cuda_matches_reference(bsz, kind, seed, num_model_steps):
-    st = make_round_state(np.random.default_rng(seed), bsz, kind, num_model_steps=num_model_steps, extra_rows=2)
-    assert_states_equal(run_kernel(st, num_model_steps), ref_draft_model_preprocess(st, num_model_steps))
-    st["input_ids"] = np.pad(st["input_ids"], ((0, 0), (0, 1)), constant_values=-1)
-    assert_states_equal(run_kernel(st, num_model_steps, truncate_first_token=False),
-                        ref_draft_model_preprocess(st, num_model_steps, truncate_first_token=False))
 
 
 @pytest.mark.parametrize("with_block_step", [True, False])
