@@ -6,6 +6,10 @@ import numpy as np
 import pytest
 
 from tests import draft_cases as dc
+from tests.draft_postprocess_case_tests import (  # noqa: F401  written once, also run on the Paddle op
+    PAUSED, make_state, test_draft_model_postprocess_full_row_and_width_one, test_draft_model_postprocess_literal,
+    test_draft_model_postprocess_matches_reference, test_draft_model_postprocess_paused_slots_get_no_tokens,
+)
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from tests.reference.draft_model_postprocess import ref_draft_model_postprocess
 
@@ -37,39 +41,23 @@ def run_kernel(state, width=None):
     return out[: lens.shape[0]]
 
 
-def make_state(drafts, lens, enc, stop, paused=None):
-    return dict(base_model_draft_tokens=np.asarray(drafts, np.int64),
-                base_model_seq_lens_this_time=np.asarray(lens, np.int32),
-                base_model_seq_lens_encoder=np.asarray(enc, np.int32), base_model_stop_flags=np.asarray(stop, bool),
-                base_model_is_block_step=None if paused is None else np.asarray(paused, bool))
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/draft_postprocess_case_tests.py): the kernel, GUARD and
+    read-only drafts checked."""
+    return run_kernel
 
 
-def test_draft_model_postprocess_cuda_literal():
-    # decode with 2 drafts -> 3; prefill untouched; decode without drafts -> 1; stopped -> 0.
-    state = make_state([[7, 8, 9, -1], [5, -1, 6, 6], [3, -1, -1, -1], [-1, 1, -1, 3]], [9, 9, 9, 9], [0, 5, 0, 0],
-                       [False, False, False, True])
-    np.testing.assert_array_equal(run_kernel(state), [3, 9, 1, 0])
+@pytest.fixture(params=dc.postprocess_grid(BATCH_SIZES), ids=lambda p: "-".join(map(str, p)))
+def reference_grid(request):
+    """(bsz, kind, seed): every GPU batch size x kind."""
+    return request.param
 
 
-def test_draft_model_postprocess_cuda_paused_slots_get_no_tokens():
-    """Paused slots (is_block_step, with or without the stop flag) get L = 0 and their rows are not
-    read; a NULL is_block_step keeps FastDeploy's behaviour (tests/ops literal of the same name)."""
-    state = make_state([[7, 8, -1, -1], [5, -1, -1, -1], [3, 4, -1, -1], [-1, 6, -1, 2], [1, 2, 3, -1]],
-                       [9, 9, 9, 9, 9], [0, 5, 0, 0, 0], [False, False, True, False, False],
-                       [True, True, True, True, False])
-    np.testing.assert_array_equal(run_kernel(state), [0, 0, 0, 0, 3])
-    np.testing.assert_array_equal(run_kernel(dict(state, base_model_is_block_step=None)), [2, 9, 0, 2, 3])
-
-
-def test_draft_model_postprocess_cuda_full_row_and_width_one():
-    np.testing.assert_array_equal(run_kernel(make_state([[1, 2, 3, 4]], [0], [0], [False])), [4])
-    np.testing.assert_array_equal(run_kernel(make_state([[1], [2]], [5, 5], [0, 0], [False, True])), [1, 0])
-
-
-@pytest.mark.parametrize("bsz, kind, seed", dc.postprocess_grid(BATCH_SIZES))
-def test_draft_model_postprocess_cuda_matches_reference(bsz, kind, seed):
-    state = dc.make_postprocess_case(np.random.default_rng(seed), bsz, kind, extra_rows=seed % 3)
-    np.testing.assert_array_equal(run_kernel(state), ref_draft_model_postprocess(state)["base_model_seq_lens_this_time"])
+def test_draft_model_postprocess_cuda_without_block_step_reads_paused_gap_row():
+    """Without is_block_step, PAUSED's slot 3 (row -1 6 -1 2) is fed: the CPU op raises, the kernel
+    counts 2 (tests/ops literal of test_draft_model_postprocess_paused_slots_get_no_tokens)."""
+    np.testing.assert_array_equal(run_kernel(dict(PAUSED, base_model_is_block_step=None)), [2, 9, 0, 2, 3])
 
 
 @pytest.mark.parametrize("row, want", [([7, -1, 8, -1], 1), ([7, 8, -1, 9], 2), ([-1, 8, 9, -1], 3)])

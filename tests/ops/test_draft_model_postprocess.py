@@ -4,6 +4,11 @@ import pytest
 
 from specworker.model_executor.ops import draft_model_postprocess
 from tests import draft_cases as dc
+from tests.draft_postprocess_case_tests import (  # noqa: F401  written once, also run on the CUDA kernel
+    LITERAL, LITERAL_EXPECTED, PAUSED, PAUSED_EXPECTED, make_state, test_draft_model_postprocess_full_row_and_width_one,
+    test_draft_model_postprocess_literal, test_draft_model_postprocess_matches_reference,
+    test_draft_model_postprocess_paused_slots_get_no_tokens,
+)
 from tests.reference.draft_model_postprocess import ref_draft_model_postprocess
 
 
@@ -21,66 +26,21 @@ def run_op(state, column=False):
     return lens.numpy().reshape(-1)
 
 
-def make_state(drafts, lens, enc, stop, paused=None):
-    return dict(base_model_draft_tokens=np.asarray(drafts, np.int64),
-                base_model_seq_lens_this_time=np.asarray(lens, np.int32),
-                base_model_seq_lens_encoder=np.asarray(enc, np.int32), base_model_stop_flags=np.asarray(stop, bool),
-                base_model_is_block_step=None if paused is None else np.asarray(paused, bool))
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/draft_postprocess_case_tests.py): the Paddle op."""
+    return run_op
 
 
-# slot 0 decode with 2 drafts -> 3; slot 1 prefill (E 5) -> untouched 9 (its row is ignored, gap
-# and all); slot 2 decode with no draft -> 1; slot 3 stopped -> 0 (its row is ignored).
-LITERAL = make_state([[7, 8, 9, -1], [5, -1, 6, 6], [3, -1, -1, -1], [-1, 1, -1, 3]], [9, 9, 9, 9], [0, 5, 0, 0],
-                     [False, False, False, True])
-LITERAL_EXPECTED = [3, 9, 1, 0]
-
-
-def test_draft_model_postprocess_literal():
-    np.testing.assert_array_equal(run_op(LITERAL), LITERAL_EXPECTED)
-    np.testing.assert_array_equal(ref_draft_model_postprocess(LITERAL)["base_model_seq_lens_this_time"],
-                                  LITERAL_EXPECTED)
-
-
-# [ours] base_model_is_block_step: slot 0 paused without its stop flag (a decode slot with drafts),
-# slot 1 paused prefill, slot 2 paused and stopped, slot 3 paused with a gap in its row (not
-# checked: its row is not fed), slot 4 running decode.
-PAUSED = make_state([[7, 8, -1, -1], [5, -1, -1, -1], [3, 4, -1, -1], [-1, 6, -1, 2], [1, 2, 3, -1]],
-                    [9, 9, 9, 9, 9], [0, 5, 0, 0, 0], [False, False, True, False, False],
-                    [True, True, True, True, False])
-PAUSED_EXPECTED = [0, 0, 0, 0, 3]
-
-
-def test_draft_model_postprocess_paused_slots_get_no_tokens():
-    """Defect found by the composed MTP round test (tests/spec_decode): verify, speculate_update and
-    draft_model_preprocess treat is_block_step alone as "not running", but without this input a slot
-    paused without its stop flag left postprocess with L = 1 and was fed to the next forward
-    (docs/spec.md §2.2 item 10). Omitted, the FastDeploy behaviour stays: slot 0 counts its drafts."""
-    np.testing.assert_array_equal(run_op(PAUSED), PAUSED_EXPECTED)
-    np.testing.assert_array_equal(ref_draft_model_postprocess(PAUSED)["base_model_seq_lens_this_time"],
-                                  PAUSED_EXPECTED)
-    np.testing.assert_array_equal(run_op(PAUSED, column=True), PAUSED_EXPECTED)
-    fastdeploy = dict(PAUSED, base_model_draft_tokens=PAUSED["base_model_draft_tokens"][[0, 1, 2, 4]],
-                      **{k: PAUSED[k][[0, 1, 2, 4]] for k in ("base_model_seq_lens_this_time",
-                                                              "base_model_seq_lens_encoder", "base_model_stop_flags")},
-                      base_model_is_block_step=None)
-    np.testing.assert_array_equal(run_op(fastdeploy), [2, 9, 0, 3])
-    np.testing.assert_array_equal(ref_draft_model_postprocess(fastdeploy)["base_model_seq_lens_this_time"],
-                                  [2, 9, 0, 3])
+@pytest.fixture(params=dc.postprocess_grid(), ids=lambda p: "-".join(map(str, p)))
+def reference_grid(request):
+    """(bsz, kind, seed): every batch size x kind."""
+    return request.param
 
 
 def test_draft_model_postprocess_accepts_fastdeploy_column_shapes():
     np.testing.assert_array_equal(run_op(LITERAL, column=True), LITERAL_EXPECTED)
-
-
-def test_draft_model_postprocess_full_row_and_width_one():
-    np.testing.assert_array_equal(run_op(make_state([[1, 2, 3, 4]], [0], [0], [False])), [4])
-    np.testing.assert_array_equal(run_op(make_state([[1], [2]], [5, 5], [0, 0], [False, True])), [1, 0])
-
-
-@pytest.mark.parametrize("bsz, kind, seed", dc.postprocess_grid())
-def test_draft_model_postprocess_matches_reference(bsz, kind, seed):
-    state = dc.make_postprocess_case(np.random.default_rng(seed), bsz, kind, extra_rows=seed % 3)
-    np.testing.assert_array_equal(run_op(state), ref_draft_model_postprocess(state)["base_model_seq_lens_this_time"])
+    np.testing.assert_array_equal(run_op(PAUSED, column=True), PAUSED_EXPECTED)
 
 
 @pytest.mark.parametrize(
