@@ -3,7 +3,10 @@ import numpy as np
 import pytest
 
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
-from tests.reference.speculate_update import ref_speculate_update
+from tests.speculate_update_case_tests import (  # noqa: F401  written once, also run on the Paddle op
+    test_speculate_update_literal, test_speculate_update_matches_reference, test_speculate_update_not_need_stop_boundary,
+    test_speculate_update_without_mask_rollback,
+)
 from tests.state_cases import KINDS, make_post_verify_state
 from tests.update_literals import UPDATE_CASES
 
@@ -55,40 +58,21 @@ def run_kernel(state: dict, bsz: int | None = None, num_slots: int | None = None
     return out
 
 
-def assert_state_equal(got: dict, want: dict):
-    for k in WRITES + ("not_need_stop",):
-        if want.get(k) is not None:
-            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/speculate_update_case_tests.py): the kernel, GUARD and
+    the not_need_stop bytes checked."""
+    return run_kernel
 
 
-@pytest.mark.parametrize("name, state, expected", UPDATE_CASES, ids=[c[0] for c in UPDATE_CASES])
-def test_speculate_update_cuda_literal(name, state, expected):
-    got = run_kernel(state)
-    for k, v in expected.items():
-        np.testing.assert_array_equal(got[k], np.asarray(v), err_msg=f"{name}: {k}")
-
-
-def test_speculate_update_cuda_without_mask_rollback():
-    _, state, expected = UPDATE_CASES[0]
-    got = run_kernel({**state, "mask_rollback": None})
-    for k, v in expected.items():
-        if k != "mask_rollback":
-            np.testing.assert_array_equal(got[k], np.asarray(v), err_msg=k)
-
-
-@pytest.mark.parametrize("stop_nums, want", [(0, False), (3, False), (4, False), (5, True), (6, True)])
-def test_speculate_update_cuda_not_need_stop_boundary(stop_nums, want):
-    """5 slots, bsz 3: stopped, paused, running + 2 padding rows = 4 stopped."""
-    state = {
-        "seq_lens_encoder": np.zeros(5, np.int32), "seq_lens_decoder": np.array([0, 0, 4, 0, 0], np.int32),
-        "not_need_stop": np.array([not want]), "draft_tokens": np.full((5, 2), -1, np.int64),
-        "actual_draft_token_nums": np.ones(5, np.int32), "accept_tokens": np.full((5, 2), 8, np.int64),
-        "accept_num": np.array([0, 0, 1, 0, 0], np.int32), "stop_flags": np.array([True, True, False, False, False]),
-        "seq_lens_this_time": np.array([0, 0, 1], np.int32),
-        "is_block_step": np.array([False, True, False, False, False]), "stop_nums": np.array([stop_nums], np.int64),
-        "mask_rollback": None,
-    }
-    assert bool(run_kernel(state)["not_need_stop"][0]) is want
+@pytest.fixture(params=[(bsz, kind, bsz * 100 + KINDS.index(kind) * 10 + extra_rows, extra_rows, num_draft, False)
+                        for bsz in (0, 1, 3, 17, 255, 256, 257, 1024, 5000) for kind in KINDS
+                        for extra_rows, num_draft in ((0, 3), (2, 1), (300, 5))],
+                ids=lambda p: "-".join(map(str, p[:2] + p[3:5])))
+def reference_grid(request):
+    """(bsz, kind, seed, extra_rows, num_draft, column): batch sizes around the block edges x kind, with
+    0, 2 or 300 rows past bsz and D = 3, 1, 5."""
+    return request.param
 
 
 @pytest.mark.parametrize("running_slot", [0, 255, 256, 4999])
@@ -130,13 +114,3 @@ def test_speculate_update_cuda_launcher_rejects_bad_sizes(bsz, num_slots, width)
     _, state, _ = UPDATE_CASES[0]
     with pytest.raises(RuntimeError, match="returned cudaError"):
         run_kernel(state, bsz=bsz, num_slots=num_slots, width=width)
-
-
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("bsz", [0, 1, 3, 17, 255, 256, 257, 1024, 5000])
-def test_speculate_update_cuda_matches_reference(bsz, kind):
-    for extra_rows, num_draft in ((0, 3), (2, 1), (300, 5)):
-        seed = bsz * 100 + KINDS.index(kind) * 10 + extra_rows
-        state = make_post_verify_state(np.random.default_rng(seed), bsz, kind, num_draft=num_draft,
-                                       extra_rows=extra_rows)
-        assert_state_equal(run_kernel(state), ref_speculate_update(state))

@@ -4,7 +4,11 @@ import pytest
 
 from specworker.model_executor.ops import speculate_update
 from tests.reference.speculate_update import ref_speculate_update
-from tests.state_cases import all_cases, make_post_verify_state, to_column
+from tests.speculate_update_case_tests import (  # noqa: F401  written once, also run on the CUDA kernel
+    assert_state_equal, test_speculate_update_literal, test_speculate_update_matches_reference,
+    test_speculate_update_not_need_stop_boundary, test_speculate_update_without_mask_rollback,
+)
+from tests.state_cases import all_cases, make_post_verify_state
 from tests.update_literals import UPDATE_CASES
 
 ARGS = ("seq_lens_encoder", "seq_lens_decoder", "not_need_stop", "draft_tokens", "actual_draft_token_nums",
@@ -14,7 +18,7 @@ WRITES = ("seq_lens_encoder", "seq_lens_decoder", "not_need_stop", "draft_tokens
           "mask_rollback")
 
 
-def run(state: dict) -> dict:
+def run_op(state: dict) -> dict:
     """Runs the op on a numpy state (mask_rollback optional); returns the new state."""
     t = {k: None if state.get(k) is None else paddle.to_tensor(state[k]) for k in ARGS}
     assert speculate_update(*(t[k] for k in ARGS)) is None
@@ -25,31 +29,17 @@ def run(state: dict) -> dict:
     return out
 
 
-def assert_state_equal(got: dict, want: dict):
-    for k in want:
-        if want[k] is not None:
-            np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(want[k]), err_msg=k)
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/speculate_update_case_tests.py): the Paddle op."""
+    return run_op
 
 
-@pytest.mark.parametrize("name, state, expected", UPDATE_CASES, ids=[c[0] for c in UPDATE_CASES])
-def test_speculate_update_literal(name, state, expected):
-    got = run(state)
-    for k, v in expected.items():
-        np.testing.assert_array_equal(got[k], np.asarray(v), err_msg=f"{name}: {k}")
-    for k in set(state) - set(expected):
-        np.testing.assert_array_equal(got[k], state[k], err_msg=f"{name}: {k} changed")
-    # The hand-worked values also pin the reference.
-    assert_state_equal(ref_speculate_update(state), {**state, **{k: np.asarray(v) for k, v in expected.items()}})
-
-
-@pytest.mark.parametrize("name, state, expected", UPDATE_CASES[:1], ids=["mixed"])
-def test_speculate_update_without_mask_rollback(name, state, expected):
-    """mask_rollback is optional (FastDeploy's older 11-input form); the rest is identical."""
-    got = run({**state, "mask_rollback": None})
-    assert got["mask_rollback"] is None
-    for k, v in expected.items():
-        if k != "mask_rollback":
-            np.testing.assert_array_equal(got[k], np.asarray(v), err_msg=k)
+@pytest.fixture(params=[(bsz, kind, seed, seed % 3, 3, column) for bsz, kind, seed in all_cases()
+                        for column in (False, True)], ids=lambda p: f"{p[0]}-{p[1]}-{p[2]}-{'column' if p[5] else '1d'}")
+def reference_grid(request):
+    """(bsz, kind, seed, extra_rows, num_draft, column): every batch size x kind, 1-D and FastDeploy's column."""
+    return request.param
 
 
 def test_speculate_update_updates_tensors_in_place():
@@ -63,30 +53,14 @@ def test_speculate_update_updates_tensors_in_place():
     np.testing.assert_array_equal(t["not_need_stop"].numpy(), expected["not_need_stop"])
 
 
-# 5 slots, bsz 3: slot 0 stopped, slot 1 paused, slot 2 running, slots 3-4 padding -> 4 stopped.
-@pytest.mark.parametrize("stop_nums, want", [(0, False), (3, False), (4, False), (5, True), (6, True)])
-def test_speculate_update_not_need_stop_boundary(stop_nums, want):
-    """not_need_stop = #stopped < stop_nums, counting paused and padding slots as stopped."""
-    state = {
-        "seq_lens_encoder": np.zeros(5, np.int32), "seq_lens_decoder": np.array([0, 0, 4, 0, 0], np.int32),
-        "not_need_stop": np.array([not want]), "draft_tokens": np.full((5, 2), -1, np.int64),
-        "actual_draft_token_nums": np.ones(5, np.int32), "accept_tokens": np.full((5, 2), 8, np.int64),
-        "accept_num": np.array([0, 0, 1, 0, 0], np.int32), "stop_flags": np.array([True, True, False, False, False]),
-        "seq_lens_this_time": np.array([0, 0, 1], np.int32),
-        "is_block_step": np.array([False, True, False, False, False]), "stop_nums": np.array([stop_nums], np.int64),
-    }
-    assert bool(run(state)["not_need_stop"][0]) is want
-    assert bool(ref_speculate_update(state)["not_need_stop"][0]) is want
-
-
 def test_speculate_update_padding_slots_count_as_stopped():
     """The same 3 live slots with 0 or 2 padding rows: only the count changes."""
     _, state, _ = UPDATE_CASES[0]  # 1 stopped of 3
     state = {**state, "stop_nums": np.array([3], np.int64)}
-    assert run(state)["not_need_stop"][0]
+    assert run_op(state)["not_need_stop"][0]
     padded = {k: v for k, v in state.items()}
     padded["stop_flags"] = np.concatenate([state["stop_flags"], [False, False]])  # flags of padding are ignored
-    assert not run(padded)["not_need_stop"][0]  # 1 + 2 padding = 3, not < 3
+    assert not run_op(padded)["not_need_stop"][0]  # 1 + 2 padding = 3, not < 3
 
 
 def test_speculate_update_reads_accept_num_of_live_slots_only():
@@ -95,25 +69,16 @@ def test_speculate_update_reads_accept_num_of_live_slots_only():
     _, state, expected = UPDATE_CASES[0]
     small = {**state, "stop_flags": np.concatenate([state["stop_flags"], [True] * 4]),
              "stop_nums": np.array([8], np.int64)}
-    got = run(small)
+    got = run_op(small)
     np.testing.assert_array_equal(got["seq_lens_decoder"], expected["seq_lens_decoder"])
     assert got["not_need_stop"][0]  # 1 + 4 padding = 5 < 8
-
-
-@pytest.mark.parametrize("column", [False, True], ids=["1d", "fastdeploy_column"])
-@pytest.mark.parametrize("bsz, kind, seed", all_cases())
-def test_speculate_update_matches_reference(bsz, kind, seed, column):
-    state = make_post_verify_state(np.random.default_rng(seed), bsz, kind, extra_rows=seed % 3)
-    if column:
-        state = to_column(state)
-    assert_state_equal(run(state), ref_speculate_update(state))
 
 
 @pytest.mark.parametrize("num_draft", [0, 1, 5])
 def test_speculate_update_matches_reference_other_draft_widths(num_draft):
     for seed, kind in enumerate(("mixed", "all_decode", "stopped")):
         state = make_post_verify_state(np.random.default_rng(seed), 17, kind, num_draft=num_draft, extra_rows=2)
-        assert_state_equal(run(state), ref_speculate_update(state))
+        assert_state_equal(run_op(state), ref_speculate_update(state))
 
 
 def test_speculate_update_zero_live_slots():
@@ -121,7 +86,7 @@ def test_speculate_update_zero_live_slots():
     state = make_post_verify_state(np.random.default_rng(5), 0, "mixed", extra_rows=3)
     state["stop_nums"][0] = 3
     state["not_need_stop"][0] = True
-    got = run(state)
+    got = run_op(state)
     assert not got["not_need_stop"][0]
     for k in WRITES[:2] + WRITES[3:]:
         np.testing.assert_array_equal(got[k], state[k], err_msg=k)
@@ -183,5 +148,5 @@ def test_speculate_update_rejects_bad_input(state, match):
 def test_speculate_update_ignores_accept_num_of_paused_slot():
     """A paused slot's accept_num is never read, so a stale out-of-range value is no error."""
     state = _with(accept_num=np.array([1, 2, 99], np.int32), is_block_step=np.array([False, False, True]))
-    got = run(state)
+    got = run_op(state)
     np.testing.assert_array_equal(got["seq_lens_decoder"], [4, 12, 0])
