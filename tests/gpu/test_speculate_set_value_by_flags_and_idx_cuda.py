@@ -5,8 +5,11 @@ import pytest
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from tests.gpu.test_speculate_update_cuda import run_kernel as run_update_kernel
 from tests.reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx
+from tests.set_value_case_tests import (  # noqa: F401  written once, also run on the Paddle op
+    WRITES, test_speculate_set_value_by_flags_and_idx_literal, test_speculate_set_value_by_flags_and_idx_matches_reference,
+)
 from tests.reference.speculate_update import ref_speculate_update
-from tests.state_cases import KINDS, make_post_verify_state, run_rounds, start_batch
+from tests.state_cases import KINDS, run_rounds, start_batch
 from tests.update_literals import SET_VALUE_CASES
 
 cp = require_gpu()
@@ -14,7 +17,6 @@ launch = launcher("specworker_speculate_set_value_by_flags_and_idx_launch")
 
 # Kernel argument order (state keys; "pre_ids" is the kernel's pre_ids_all).
 ARGS = ("pre_ids", "accept_tokens", "accept_num", "stop_flags", "seq_lens_encoder", "seq_lens_decoder", "step_idx")
-WRITES = ("pre_ids", "accept_num", "seq_lens_decoder")
 GUARD = 16  # rows past each written buffer's end that the kernel must leave untouched
 CANARY = -7777
 
@@ -38,16 +40,21 @@ def run_kernel(state: dict, bsz: int | None = None) -> dict:
     return out
 
 
-def assert_state_equal(got: dict, want: dict):
-    for k in WRITES:
-        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/set_value_case_tests.py): the kernel, GUARD checked."""
+    return run_kernel
 
 
-@pytest.mark.parametrize("name, state, expected", SET_VALUE_CASES, ids=[c[0] for c in SET_VALUE_CASES])
-def test_speculate_set_value_by_flags_and_idx_cuda_literal(name, state, expected):
-    got = run_kernel(state)
-    for k, v in expected.items():
-        np.testing.assert_array_equal(got[k], np.asarray(v), err_msg=f"{name}: {k}")
+@pytest.fixture(params=[(bsz, kind, bsz * 100 + KINDS.index(kind) * 10 + extra_rows, extra_rows, num_draft, after_update,
+                         False)
+                        for bsz in (0, 1, 3, 17, 255, 256, 257, 1024, 5000) for kind in KINDS
+                        for extra_rows, num_draft, after_update in ((0, 3, False), (2, 1, True), (300, 5, True))],
+                ids=lambda p: "-".join(map(str, p[:2] + p[3:5])))
+def reference_grid(request):
+    """(bsz, kind, seed, extra_rows, num_draft, after_update, column): batch sizes around the block edges
+    x kind, with 0, 2 or 300 rows past bsz, D = 3, 1, 5, the last two after speculate_update."""
+    return request.param
 
 
 def test_speculate_set_value_by_flags_and_idx_cuda_clamps_accept_num():
@@ -72,18 +79,6 @@ def test_speculate_set_value_by_flags_and_idx_cuda_launcher_rejects_negative_bsz
     _, state, _ = SET_VALUE_CASES[0]
     with pytest.raises(RuntimeError, match="returned cudaError"):
         run_kernel(state, bsz=-1)
-
-
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("bsz", [0, 1, 3, 17, 255, 256, 257, 1024, 5000])
-def test_speculate_set_value_by_flags_and_idx_cuda_matches_reference(bsz, kind):
-    for extra_rows, num_draft, after_update in ((0, 3, False), (2, 1, True), (300, 5, True)):
-        seed = bsz * 100 + KINDS.index(kind) * 10 + extra_rows
-        state = make_post_verify_state(np.random.default_rng(seed), bsz, kind, num_draft=num_draft,
-                                       extra_rows=extra_rows)
-        if after_update:
-            state = ref_speculate_update(state)
-        assert_state_equal(run_kernel(state), ref_speculate_set_value_by_flags_and_idx(state))
 
 
 @pytest.mark.parametrize("num_slots, num_draft, seed", [(3, 2, 1), (257, 3, 2), (5000, 4, 3)])

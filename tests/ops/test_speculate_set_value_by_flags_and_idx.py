@@ -5,35 +5,37 @@ import pytest
 from specworker.model_executor.ops import speculate_set_value_by_flags_and_idx
 from tests.reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx
 from tests.reference.speculate_update import ref_speculate_update
-from tests.state_cases import all_cases, make_post_verify_state, to_column
+from tests.set_value_case_tests import (  # noqa: F401  written once, also run on the CUDA kernel
+    WRITES, assert_state_equal, test_speculate_set_value_by_flags_and_idx_literal,
+    test_speculate_set_value_by_flags_and_idx_matches_reference,
+)
+from tests.state_cases import all_cases, make_post_verify_state
 from tests.update_literals import SET_VALUE_CASES
 
 # State keys in the op's argument order ("pre_ids" is the op's pre_ids_all).
 ARGS = ("pre_ids", "accept_tokens", "accept_num", "stop_flags", "seq_lens_this_time", "seq_lens_encoder",
         "seq_lens_decoder", "step_idx")
-WRITES = ("pre_ids", "accept_num", "seq_lens_decoder")
 
 
-def run(state: dict) -> dict:
+def run_op(state: dict) -> dict:
     """Runs the op on a numpy state; returns the new state."""
     t = {k: paddle.to_tensor(state[k]) for k in ARGS}
     assert speculate_set_value_by_flags_and_idx(*(t[k] for k in ARGS)) is None
     return {**state, **{k: t[k].numpy() for k in WRITES}}
 
 
-def assert_state_equal(got: dict, want: dict):
-    for k in WRITES:
-        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/set_value_case_tests.py): the Paddle op."""
+    return run_op
 
 
-@pytest.mark.parametrize("name, state, expected", SET_VALUE_CASES, ids=[c[0] for c in SET_VALUE_CASES])
-def test_speculate_set_value_by_flags_and_idx_literal(name, state, expected):
-    got = run(state)
-    for k, v in expected.items():
-        np.testing.assert_array_equal(got[k], np.asarray(v), err_msg=f"{name}: {k}")
-    want = ref_speculate_set_value_by_flags_and_idx(state)  # the hand-worked values pin the reference too
-    for k, v in expected.items():
-        np.testing.assert_array_equal(want[k], np.asarray(v), err_msg=f"reference {name}: {k}")
+@pytest.fixture(params=[(bsz, kind, seed, seed % 3, 3, False, column) for bsz, kind, seed in all_cases()
+                        for column in (False, True)], ids=lambda p: f"{p[0]}-{p[1]}-{p[2]}-{'column' if p[6] else '1d'}")
+def reference_grid(request):
+    """(bsz, kind, seed, extra_rows, num_draft, after_update, column): every batch size x kind, 1-D and
+    FastDeploy's column (after the update: test_speculate_set_value_by_flags_and_idx_matches_reference_after_update)."""
+    return request.param
 
 
 def test_speculate_set_value_by_flags_and_idx_updates_tensors_in_place():
@@ -51,27 +53,18 @@ def test_speculate_set_value_by_flags_and_idx_leaves_rows_past_bsz():
     """FastDeploy passes [max_num_seqs, *] buffers; only the first bsz = len(seq_lens_this_time)
     rows are live (row 2 here would otherwise be written and cleared)."""
     _, state, expected = SET_VALUE_CASES[1]
-    got = run({**state, "seq_lens_this_time": np.array([1, 1], np.int32)})
+    got = run_op({**state, "seq_lens_this_time": np.array([1, 1], np.int32)})
     np.testing.assert_array_equal(got["pre_ids"][:2], np.asarray(expected["pre_ids"])[:2])
     np.testing.assert_array_equal(got["pre_ids"][2], state["pre_ids"][2])
     np.testing.assert_array_equal(got["accept_num"], [0, 0, 1])
     np.testing.assert_array_equal(got["seq_lens_decoder"], [0, 0, 3])
 
 
-@pytest.mark.parametrize("column", [False, True], ids=["1d", "fastdeploy_column"])
-@pytest.mark.parametrize("bsz, kind, seed", all_cases())
-def test_speculate_set_value_by_flags_and_idx_matches_reference(bsz, kind, seed, column):
-    state = make_post_verify_state(np.random.default_rng(seed), bsz, kind, extra_rows=seed % 3)
-    if column:
-        state = to_column(state)
-    assert_state_equal(run(state), ref_speculate_set_value_by_flags_and_idx(state))
-
-
 @pytest.mark.parametrize("bsz, kind, seed", all_cases())
 def test_speculate_set_value_by_flags_and_idx_matches_reference_after_update(bsz, kind, seed):
     """The state it sees in a step: speculate_update has run (prefill E moved into Dec)."""
     state = ref_speculate_update(make_post_verify_state(np.random.default_rng(seed + 7), bsz, kind))
-    assert_state_equal(run(state), ref_speculate_set_value_by_flags_and_idx(state))
+    assert_state_equal(run_op(state), ref_speculate_set_value_by_flags_and_idx(state))
 
 
 def test_speculate_set_value_by_flags_and_idx_zero_live_slots():
@@ -79,7 +72,7 @@ def test_speculate_set_value_by_flags_and_idx_zero_live_slots():
     state = make_post_verify_state(np.random.default_rng(3), 0, "mixed", extra_rows=3)
     state["stop_flags"][:] = True
     state["accept_num"][:] = 1
-    got = run(state)
+    got = run_op(state)
     for k in WRITES:
         np.testing.assert_array_equal(got[k], state[k], err_msg=k)
 
