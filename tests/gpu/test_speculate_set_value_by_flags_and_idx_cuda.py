@@ -5,10 +5,10 @@ import pytest
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from tests.gpu.test_speculate_update_cuda import run_kernel as run_update_kernel
 from tests.reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx
+from tests.reference.speculate_update import ref_speculate_update
 from tests.set_value_case_tests import (  # noqa: F401  written once, also run on the Paddle op
     WRITES, test_speculate_set_value_by_flags_and_idx_literal, test_speculate_set_value_by_flags_and_idx_matches_reference,
 )
-from tests.reference.speculate_update import ref_speculate_update
 from tests.state_cases import KINDS, run_rounds, start_batch
 from tests.update_literals import SET_VALUE_CASES
 
