@@ -3,6 +3,11 @@ import ctypes
 import numpy as np
 import pytest
 
+from tests.eagle_hidden_cases import (  # noqa: F401  written once, also run on the Paddle op
+    DTYPES, hidden_of, per_slot, rows, test_eagle_get_hidden_states_bsz_256_structured,
+    test_eagle_get_hidden_states_bsz_one_literal, test_eagle_get_hidden_states_matches_reference,
+    test_eagle_get_hidden_states_three_slots_literal,
+)
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from tests.mtp_cases import all_round_cases, make_round_state, make_target_hidden
 from tests.reference.draft_model_preprocess import ref_draft_model_preprocess
@@ -13,15 +18,6 @@ launch = launcher("specworker_eagle_get_hidden_states_launch")
 
 GUARD_BYTES = 256  # bytes past the output that the kernel must leave untouched
 CANARY_BYTE = 0xAB  # the output starts as this, so a row the kernel forgot shows
-# bfloat16 has no numpy dtype; the kernel only moves bytes, so bf16 rows are random uint16 bits.
-DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
-
-
-def hidden_of(rng, state, H, dtype, pad_rows=3):
-    if dtype == "bfloat16":
-        T = int(np.asarray(state["target_model_seq_lens_this_time"]).sum()) + pad_rows
-        return rng.integers(0, 1 << 16, size=(T, H), dtype=np.uint16)
-    return make_target_hidden(rng, state, H, DTYPES[dtype], pad_rows)
 
 
 def run_kernel(hidden, state, capacity=None, misalign=0):
@@ -53,31 +49,25 @@ def run_kernel(hidden, state, capacity=None, misalign=0):
     return out, count[:1]
 
 
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/eagle_hidden_cases.py): the kernel, guard bytes checked."""
+    return run_kernel
+
+
+@pytest.fixture(params=[(bsz, kind, seed, 111, dtype) for bsz, kind, seed in all_round_cases() for dtype in DTYPES],
+                ids=lambda p: "-".join(map(str, p[:3] + p[4:])))
+def reference_grid(request):
+    """(bsz, kind, seed, H, dtype): every batch size x kind, H = 111, each dtype."""
+    return request.param
+
+
 def assert_matches_reference(hidden, state, **kw):
     out, count = run_kernel(hidden, state, **kw)
     want_out, want_count = ref_eagle_get_hidden_states(hidden, state)
     np.testing.assert_array_equal(count, want_count)
     # compare bytes, so NaN bit patterns in the bf16 rows compare too
     np.testing.assert_array_equal(out.view(np.uint8), want_out.view(np.uint8))
-
-
-def per_slot(draft_len, draft_enc, accept_num, target_len):
-    return {"seq_lens_this_time": draft_len, "seq_lens_encoder": draft_enc, "accept_num": accept_num,
-            "target_model_seq_lens_this_time": target_len}
-
-
-def rows(n, H=3):
-    """Hidden rows whose values name the row: row t = [100 t, 100 t + 1, ...]."""
-    return (100 * np.arange(n)[:, None] + np.arange(H)[None, :]).astype(np.float32)
-
-
-def test_eagle_get_hidden_states_cuda_three_slots_literal():
-    """Slot 0 draft prefill of 3 (target rows 0-2), slot 1 decode keeping 2 (rows 3-4), slot 2
-    target ran 2 rows (5-6) but the draft slot is stopped."""
-    h = rows(7)
-    out, count = run_kernel(h, per_slot([3, 2, 0], [3, 0, 0], [1, 2, 1], [3, 2, 2]))
-    np.testing.assert_array_equal(out, np.concatenate([h[:5], np.zeros((2, 3), np.float32)]))
-    np.testing.assert_array_equal(count, [5])
 
 
 def test_eagle_get_hidden_states_cuda_decode_prefill_stopped_literal():
@@ -102,39 +92,9 @@ def test_eagle_get_hidden_states_cuda_all_stopped_zero_rows_zero_slots():
     np.testing.assert_array_equal(count, [0])
 
 
-def test_eagle_get_hidden_states_cuda_bsz_one_literal():
-    h = rows(3, H=111)
-    out, count = run_kernel(h, per_slot([2], [0], [2], [3]))
-    np.testing.assert_array_equal(out, np.concatenate([h[:2], np.zeros((1, 111), np.float32)]))
-    np.testing.assert_array_equal(count, [2])
-
-
-def test_eagle_get_hidden_states_cuda_bsz_256_structured():
-    bsz = 256
-    b = np.arange(bsz)
-    target_len = 1 + b % 4
-    prefill = b % 3 == 0
-    stopped = b % 7 == 0
-    accept = np.where(prefill, 1, np.minimum(1 + b % 2, target_len))
-    kept = np.where(stopped, 0, np.where(prefill, target_len, accept))
-    h = rows(int(target_len.sum()) + 5, H=8)
-    out, count = run_kernel(h, per_slot(kept, np.where(prefill & ~stopped, target_len, 0), accept, target_len))
-    want = [h[int(target_len[:s].sum()) + j] for s in range(bsz) for j in range(kept[s])]
-    np.testing.assert_array_equal(out[:len(want)], np.stack(want))
-    np.testing.assert_array_equal(out[len(want):], 0)
-    np.testing.assert_array_equal(count, [kept.sum()])
-
-
 def preprocessed(seed, bsz, kind, max_model_len=64):
     rng = np.random.default_rng(seed)
     return rng, ref_draft_model_preprocess(make_round_state(rng, bsz, kind, max_model_len=max_model_len), 1)
-
-
-@pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("bsz, kind, seed", all_round_cases())
-def test_eagle_get_hidden_states_cuda_matches_reference(bsz, kind, seed, dtype):
-    rng, st = preprocessed(seed, bsz, kind)
-    assert_matches_reference(hidden_of(rng, st, 111, dtype), st)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

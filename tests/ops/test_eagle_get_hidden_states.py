@@ -4,31 +4,18 @@ import pytest
 
 from specworker.model_executor.ops import (EagleHiddenStatesOutput, draft_model_preprocess, eagle_get_hidden_states,
                                            get_padding_offset)
+from tests.eagle_hidden_cases import (  # noqa: F401  written once, also run on the CUDA kernel
+    per_slot, rows, test_eagle_get_hidden_states_bsz_256_structured, test_eagle_get_hidden_states_bsz_one_literal,
+    test_eagle_get_hidden_states_matches_reference, test_eagle_get_hidden_states_three_slots_literal,
+)
 from tests.mtp_cases import all_round_cases, make_round_state, make_target_hidden
 from tests.reference.draft_model_preprocess import INPUT_KEYS, ref_draft_model_preprocess
-from tests.reference.eagle_get_hidden_states import ref_eagle_get_hidden_states
 
 PER_SLOT = ("seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "stop_flags", "accept_num",
             "target_model_seq_lens_this_time", "target_model_seq_lens_encoder")
 
 
-def per_slot(draft_len, draft_enc, accept_num, target_len, **extra):
-    """A state dict with the fields the op reads (unused ones filled plausibly)."""
-    bsz = len(draft_len)
-    st = {
-        "seq_lens_this_time": np.asarray(draft_len, np.int32),
-        "seq_lens_encoder": np.asarray(draft_enc, np.int32),
-        "seq_lens_decoder": np.full(bsz, 9, np.int32),
-        "stop_flags": np.asarray(draft_len) == 0,
-        "accept_num": np.asarray(accept_num, np.int32),
-        "target_model_seq_lens_this_time": np.asarray(target_len, np.int32),
-        "target_model_seq_lens_encoder": np.zeros(bsz, np.int32),
-    }
-    st.update(extra)
-    return st
-
-
-def run(hidden, st, dtype=None):
+def run_op(hidden, st, dtype=None):
     """Runs the op on numpy hidden states (cast to dtype, e.g. 'bfloat16') and a state dict;
     returns (out as float32 numpy, output_token_num numpy, out dtype)."""
     x = paddle.to_tensor(hidden)
@@ -41,24 +28,23 @@ def run(hidden, st, dtype=None):
     return out.astype("float32").numpy(), count.numpy(), out.dtype
 
 
-def rows(n, H=3):
-    """Hidden rows whose values name the row: row t = [100 t, 100 t + 1, ...]."""
-    return (100 * np.arange(n)[:, None] + np.arange(H)[None, :]).astype(np.float32)
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/eagle_hidden_cases.py): the Paddle op (float32 rows)."""
+    return lambda hidden, st: run_op(hidden, st)[:2]
 
 
-def test_eagle_get_hidden_states_three_slots_literal():
-    """Slot 0 draft prefill of 3 (target rows 0-2), slot 1 decode keeping 2 of its 2 target rows
-    (3-4), slot 2 target ran 2 rows (5-6) but the draft slot is stopped."""
-    h = rows(7)
-    out, count, _ = run(h, per_slot([3, 2, 0], [3, 0, 0], [1, 2, 1], [3, 2, 2]))
-    np.testing.assert_array_equal(out, np.concatenate([h[0:5], np.zeros((2, 3), np.float32)]))
-    np.testing.assert_array_equal(count, [5])
+@pytest.fixture(params=[(bsz, kind, seed, H, "float32") for bsz, kind, seed in all_round_cases() for H in (1, 111)],
+                ids=lambda p: "-".join(map(str, p[:4])))
+def reference_grid(request):
+    """(bsz, kind, seed, H, dtype): every batch size x kind, H = 1 and 111, float32."""
+    return request.param
 
 
 def test_eagle_get_hidden_states_decode_keeps_first_accepted_rows():
     """Decode slots keep the first accept_num rows of their target rows, not the last."""
     h = rows(8)
-    out, count, _ = run(h, per_slot([1, 3], [0, 0], [1, 3], [4, 4]))
+    out, count, _ = run_op(h, per_slot([1, 3], [0, 0], [1, 3], [4, 4]))
     np.testing.assert_array_equal(out[:4], h[[0, 4, 5, 6]])
     np.testing.assert_array_equal(out[4:], 0)
     np.testing.assert_array_equal(count, [4])
@@ -69,21 +55,21 @@ def test_eagle_get_hidden_states_just_finished_prefill_keeps_every_prompt_row():
     (accept_num 1); after draft_model_preprocess the draft prefill has E = L = 5, so all 5 rows
     go through, row j -> j, not accept_num = 1 of them."""
     h = rows(6)
-    out, count, _ = run(h, per_slot([5, 1], [5, 0], [1, 1], [5, 1]))
+    out, count, _ = run_op(h, per_slot([5, 1], [5, 0], [1, 1], [5, 1]))
     np.testing.assert_array_equal(out, h)
     np.testing.assert_array_equal(count, [6])
 
 
 def test_eagle_get_hidden_states_stopped_slots_consume_target_rows():
     h = rows(6)
-    out, count, _ = run(h, per_slot([0, 2, 0], [0, 0, 0], [2, 2, 1], [2, 3, 1]))
+    out, count, _ = run_op(h, per_slot([0, 2, 0], [0, 0, 0], [2, 2, 1], [2, 3, 1]))
     np.testing.assert_array_equal(out[:2], h[2:4])
     np.testing.assert_array_equal(out[2:], 0)
     np.testing.assert_array_equal(count, [2])
 
 
 def test_eagle_get_hidden_states_all_stopped():
-    out, count, _ = run(rows(4), per_slot([0, 0, 0], [0, 3, 0], [1, 1, 0], [2, 2, 0]))
+    out, count, _ = run_op(rows(4), per_slot([0, 0, 0], [0, 3, 0], [1, 1, 0], [2, 2, 0]))
     np.testing.assert_array_equal(out, 0)
     np.testing.assert_array_equal(count, [0])
 
@@ -91,51 +77,26 @@ def test_eagle_get_hidden_states_all_stopped():
 def test_eagle_get_hidden_states_padding_rows_are_zero():
     """T past sum(target L) (CUDA-graph padding): those rows are never read."""
     h = rows(10)
-    out, count, _ = run(h, per_slot([2], [0], [2], [3]))
+    out, count, _ = run_op(h, per_slot([2], [0], [2], [3]))
     np.testing.assert_array_equal(out[:2], h[:2])
     np.testing.assert_array_equal(out[2:], 0)
     np.testing.assert_array_equal(count, [2])
 
 
 def test_eagle_get_hidden_states_zero_rows_and_slots():
-    out, count, _ = run(np.zeros((0, 4), np.float32), per_slot([0, 0], [0, 0], [0, 0], [0, 0]))
+    out, count, _ = run_op(np.zeros((0, 4), np.float32), per_slot([0, 0], [0, 0], [0, 0], [0, 0]))
     assert out.shape == (0, 4)
     np.testing.assert_array_equal(count, [0])
-    out, count, _ = run(rows(2), per_slot([], [], [], []))
+    out, count, _ = run_op(rows(2), per_slot([], [], [], []))
     np.testing.assert_array_equal(out, 0)
     np.testing.assert_array_equal(count, [0])
-
-
-def test_eagle_get_hidden_states_bsz_one_literal():
-    h = rows(3, H=111)
-    out, count, _ = run(h, per_slot([2], [0], [2], [3]))
-    np.testing.assert_array_equal(out, np.concatenate([h[:2], np.zeros((1, 111), np.float32)]))
-    np.testing.assert_array_equal(count, [2])
-
-
-def test_eagle_get_hidden_states_bsz_256_structured():
-    """Slot b: target L_t = 1 + b % 4; slots b % 3 == 0 are draft prefills of all L_t rows, the
-    others decode keeping 1 + b % 2 (<= L_t) rows, and every 7th draft slot is stopped."""
-    bsz = 256
-    b = np.arange(bsz)
-    target_len = 1 + b % 4
-    prefill = b % 3 == 0
-    stopped = b % 7 == 0
-    accept = np.where(prefill, 1, np.minimum(1 + b % 2, target_len))
-    kept = np.where(stopped, 0, np.where(prefill, target_len, accept))
-    h = rows(int(target_len.sum()) + 5, H=8)
-    out, count, _ = run(h, per_slot(kept, np.where(prefill & ~stopped, target_len, 0), accept, target_len))
-    want = [h[int(target_len[:s].sum()) + j] for s in range(bsz) for j in range(kept[s])]
-    np.testing.assert_array_equal(out[:len(want)], np.stack(want))
-    np.testing.assert_array_equal(out[len(want):], 0)
-    np.testing.assert_array_equal(count, [kept.sum()])
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_eagle_get_hidden_states_half_dtypes_copy_exactly(dtype):
     h = np.random.default_rng(3).standard_normal((7, 111)).astype(np.float32)
     st = per_slot([3, 2, 0], [3, 0, 0], [1, 2, 1], [3, 2, 2])
-    out, count, out_dtype = run(h, st, dtype)
+    out, count, out_dtype = run_op(h, st, dtype)
     assert out_dtype == getattr(paddle, dtype)
     want = paddle.to_tensor(h).astype(dtype).astype("float32").numpy()
     np.testing.assert_array_equal(out[:5], want[:5])
@@ -145,7 +106,7 @@ def test_eagle_get_hidden_states_half_dtypes_copy_exactly(dtype):
 
 def test_eagle_get_hidden_states_accepts_fastdeploy_column_shape():
     st = {k: v.reshape(-1, 1) for k, v in per_slot([3, 2, 0], [3, 0, 0], [1, 2, 1], [3, 2, 2]).items()}
-    out, count, _ = run(rows(7), st)
+    out, count, _ = run_op(rows(7), st)
     np.testing.assert_array_equal(out[:5], rows(5))
     np.testing.assert_array_equal(count, [5])
 
@@ -155,16 +116,6 @@ def preprocessed(seed, bsz, kind, H, pad_rows=3, dtype=np.float32):
     rng = np.random.default_rng(seed)
     st = ref_draft_model_preprocess(make_round_state(rng, bsz, kind), 1)
     return st, make_target_hidden(rng, st, H, dtype, pad_rows)
-
-
-@pytest.mark.parametrize("H", [1, 111])
-@pytest.mark.parametrize("bsz, kind, seed", all_round_cases())
-def test_eagle_get_hidden_states_matches_reference(bsz, kind, seed, H):
-    st, h = preprocessed(seed, bsz, kind, H)
-    out, count, _ = run(h, st)
-    want_out, want_count = ref_eagle_get_hidden_states(h, st)
-    np.testing.assert_array_equal(out, want_out)
-    np.testing.assert_array_equal(count, want_count)
 
 
 @pytest.mark.parametrize("bsz, kind, seed", all_round_cases()[::2])
@@ -180,7 +131,7 @@ def test_eagle_get_hidden_states_aligned_with_draft_ids(bsz, kind, seed):
     draft = {k: tensors[k].numpy() for k in ("seq_lens_this_time", "seq_lens_encoder", "input_ids", "draft_tokens")}
     st.update(draft)
     h = make_target_hidden(rng, st, 5, pad_rows=2)
-    out, count, _ = run(h, st)
+    out, count, _ = run_op(h, st)
     T_draft = int(draft["seq_lens_this_time"].sum())
     np.testing.assert_array_equal(count, [T_draft])
     ids, batch_id, cu_q, _ = get_padding_offset(tensors["input_ids"], tensors["seq_lens_this_time"],
@@ -237,7 +188,7 @@ BAD_INPUTS = [
 @pytest.mark.parametrize("hidden, change, match", BAD_INPUTS)
 def test_eagle_get_hidden_states_rejects_bad_input(hidden, change, match):
     with pytest.raises(ValueError, match=match):
-        run(hidden, dict(GOOD, **change))
+        run_op(hidden, dict(GOOD, **change))
 
 
 def test_eagle_get_hidden_states_rejects_non_int_attribute():
