@@ -13,49 +13,31 @@ import pytest
 
 from tests.cases import all_cases, pack_output_index
 from tests.gpu.harness import launcher, ptr, raw_launcher, require_gpu, stream
+from tests.penalty_case_tests import (  # noqa: F401  written once, also run on the Paddle op
+    TOL, from_bf16_bits, rounded, to_bf16_bits, test_penalty_row_i_equals_nonspeculative_with_drafts_appended,
+    test_speculate_get_token_penalty_multi_scores_half_precision_matches_reference,
+    test_speculate_get_token_penalty_multi_scores_matches_reference,
+    test_speculate_get_token_penalty_multi_scores_without_drafts_rows_share_one_history,
+)
+from tests.penalty_case_tests import ref as shared_ref
 from tests.penalty_cases import (
     ARG_NAMES,
     EXPECTED_WITH_DRAFTS,
     EXPECTED_WITHOUT_DRAFTS,
     PenaltyCase,
     make_penalty_case,
-    nonspeculative_case_for_draft_position,
     three_slot_case,
 )
-from tests.reference.speculate_get_token_penalty_multi_scores import (
-    MASK_VALUE_FP16,
-    ref_speculate_get_token_penalty_multi_scores,
-)
+from tests.reference.speculate_get_token_penalty_multi_scores import MASK_VALUE_FP16
 
 cp = require_gpu()
 
 NAME = "specworker_speculate_get_token_penalty_multi_scores_launch"
 launch = launcher(NAME)
 DTYPE_CODE = {"float32": 0, "float16": 1, "bfloat16": 2}
-# float32: the kernel uses the reference's IEEE operations in the same order, so results are exact.
-# 16-bit rows are rounded after each phase (eos mask, penalty, temperature): a few last-place units.
-TOL = {"float32": dict(rtol=0, atol=0), "float16": dict(rtol=2e-3, atol=2e-3),
-       "bfloat16": dict(rtol=1.6e-2, atol=1.6e-2)}
 HASH_MAX_DISTINCT = 3072  # kMaxDistinct in the kernel: more distinct ids in a chunk take the range fallback
 QWEN_CHUNK = 30392  # the kernel's vocab chunk for V = 151936 (5 equal chunks of <= 32768, multiple of 8)
 GUARD = 64  # elements on either side of the logits that must stay untouched
-
-
-def to_bf16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 bit patterns (round to nearest even); CuPy has no bfloat16 dtype."""
-    u = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def from_bf16_bits(h: np.ndarray) -> np.ndarray:
-    return (h.astype(np.uint32) << 16).view(np.float32)
-
-
-def rounded(x: np.ndarray, dtype: str) -> np.ndarray:
-    """x as the kernel sees it in `dtype`, back in float32."""
-    if dtype == "bfloat16":
-        return from_bf16_bits(to_bf16_bits(x))
-    return x.astype(dtype).astype(np.float32)
 
 
 def _args(case: PenaltyCase, logits_ptr, dtype: str, drafts: bool, st):
@@ -88,57 +70,37 @@ def run_kernel(case: PenaltyCase, dtype: str = "float32", drafts: bool = True, o
 
 
 def ref(case: PenaltyCase, drafts: bool = True, **kw) -> np.ndarray:
+    """The reference as the kernel behaves: a non-positive temperature that is read divides by 1."""
     kw.setdefault("nonpositive_temperature", "one")
-    return ref_speculate_get_token_penalty_multi_scores(
-        *case.args(), case.max_seq_len, case.draft_tokens if drafts else None, **kw)
+    return shared_ref(case, drafts, **kw)
+
+
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/penalty_case_tests.py): the kernel, writes outside the
+    logits checked."""
+    return run_kernel
+
+
+@pytest.fixture(params=[(bsz, kind, seed, V, drafts)
+                        for bsz, kind, seed in all_cases() + [(1024, "mixed", 77), (1024, "all_decode", 78)]
+                        for V in (111, 1000) for drafts in (True, False)], ids=lambda p: "-".join(map(str, p)))
+def reference_grid(request):
+    """(bsz, kind, seed, V, drafts): every batch size (and 1024) x kind, V = 111 and 1000, with and
+    without drafts."""
+    return request.param
+
+
+@pytest.fixture(params=[(dtype, *c) for c in all_cases() if c[0] in (3, 17, 256) for dtype in ("float16", "bfloat16")],
+                ids=lambda p: "-".join(map(str, p)))
+def half_grid(request):
+    """(dtype, bsz, kind, seed): 3, 17 and 256 slots x kind, float16 and bfloat16."""
+    return request.param
 
 
 def test_speculate_get_token_penalty_multi_scores_cuda_literal_three_slots():
     np.testing.assert_array_equal(run_kernel(three_slot_case()), EXPECTED_WITH_DRAFTS)
     np.testing.assert_array_equal(run_kernel(three_slot_case(), drafts=False), EXPECTED_WITHOUT_DRAFTS)
-
-
-GRID = [(bsz, kind, seed, V, drafts) for bsz, kind, seed in all_cases() + [(1024, "mixed", 77), (1024, "all_decode", 78)]
-        for V in (111, 1000) for drafts in (True, False)]
-
-
-@pytest.mark.parametrize("bsz, kind, seed, V, drafts", GRID)
-def test_speculate_get_token_penalty_multi_scores_cuda_matches_reference(bsz, kind, seed, V, drafts):
-    rng = np.random.default_rng(seed + V)
-    case = make_penalty_case(rng, bsz, kind, vocab_size=V, with_drafts=drafts, extra_slots=seed % 3)
-    np.testing.assert_array_equal(run_kernel(case, drafts=drafts), ref(case, drafts))
-
-
-@pytest.mark.parametrize("bsz, kind, seed", [c for c in all_cases() if c[1] in ("mixed", "all_decode")])
-@pytest.mark.parametrize("V", [111, 1000])
-def test_penalty_row_i_equals_nonspeculative_with_drafts_appended(bsz, kind, seed, V):
-    """The lossless property on the kernel: row i with draft_tokens equals the one-row
-    non-speculative run with the history extended by draft_tokens[b, 1..i] and cur_len + i."""
-    rng = np.random.default_rng(seed + 7 * V)
-    case = make_penalty_case(rng, bsz, kind, vocab_size=V, extra_slots=1)
-    spec = run_kernel(case)
-    checked = [0] * case.draft_tokens.shape[1]
-    for i in range(case.draft_tokens.shape[1]):
-        ns, spec_rows = nonspeculative_case_for_draft_position(case, i)
-        if spec_rows.size:
-            np.testing.assert_array_equal(spec[spec_rows], run_kernel(ns), err_msg=f"draft position {i}")
-            checked[i] = spec_rows.size
-    assert checked[0] > 0 and (bsz < 17 or min(checked[1:]) > 0), f"rows checked per draft position: {checked}"
-
-
-@pytest.mark.parametrize("bsz, kind, seed", [c for c in all_cases() if c[1] in ("mixed", "all_decode")])
-def test_speculate_get_token_penalty_multi_scores_cuda_without_drafts_rows_share_one_history(bsz, kind, seed):
-    rng = np.random.default_rng(seed + 3)
-    case = make_penalty_case(rng, bsz, kind, vocab_size=111, with_drafts=False)
-    case.min_len[:] = 0
-    rows = case.batch_id_per_token_output[: case.logits.shape[0]]
-    case.logits = case.logits[np.where(rows >= 0, case.cu_seqlens_q_output[np.maximum(rows, 0)], np.arange(rows.size))]
-    out = run_kernel(case, drafts=False)
-    for b in range(case.bsz):
-        lo, hi = case.cu_seqlens_q_output[b], case.cu_seqlens_q_output[b + 1]
-        for t in range(lo + 1, hi):
-            np.testing.assert_array_equal(out[t], out[lo], err_msg=f"slot {b} row {t}")
-    np.testing.assert_array_equal(out, ref(case, drafts=False))
 
 
 @pytest.mark.parametrize("bsz", [800, 1000])
@@ -169,16 +131,6 @@ def test_speculate_get_token_penalty_multi_scores_cuda_qwen_vocab(dtype):
     rng = np.random.default_rng(151936)
     case = make_penalty_case(rng, 5, "all_decode", vocab_size=151936, max_model_len=300, pad_rows=False)
     case = _with_out_lens(case, [4, 1, 3, 0, 2])
-    case.logits = rounded(case.logits, dtype)
-    kw = {"mask_value": MASK_VALUE_FP16} if dtype == "float16" else {}
-    np.testing.assert_allclose(run_kernel(case, dtype), ref(case, **kw), **TOL[dtype])
-
-
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("bsz, kind, seed", [c for c in all_cases() if c[0] in (3, 17, 256)])
-def test_speculate_get_token_penalty_multi_scores_cuda_half_precision_matches_reference(dtype, bsz, kind, seed):
-    rng = np.random.default_rng(seed + 11)
-    case = make_penalty_case(rng, bsz, kind, vocab_size=111)
     case.logits = rounded(case.logits, dtype)
     kw = {"mask_value": MASK_VALUE_FP16} if dtype == "float16" else {}
     np.testing.assert_allclose(run_kernel(case, dtype), ref(case, **kw), **TOL[dtype])

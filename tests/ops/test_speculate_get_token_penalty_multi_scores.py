@@ -4,25 +4,20 @@ import pytest
 
 from specworker.model_executor.ops import speculate_get_token_penalty_multi_scores
 from tests.cases import all_cases
+from tests.penalty_case_tests import (  # noqa: F401  written once, also run on the CUDA kernel
+    ref, test_penalty_row_i_equals_nonspeculative_with_drafts_appended,
+    test_speculate_get_token_penalty_multi_scores_half_precision_matches_reference,
+    test_speculate_get_token_penalty_multi_scores_matches_reference,
+    test_speculate_get_token_penalty_multi_scores_without_drafts_rows_share_one_history,
+)
 from tests.penalty_cases import (
     EXPECTED_WITH_DRAFTS,
     EXPECTED_WITHOUT_DRAFTS,
     MASK,
     PenaltyCase,
     make_penalty_case,
-    nonspeculative_case_for_draft_position,
     three_slot_case,
 )
-from tests.reference.speculate_get_token_penalty_multi_scores import (
-    MASK_VALUE_FP16,
-    ref_speculate_get_token_penalty_multi_scores,
-)
-
-# float32 is computed with the same IEEE operations in the same order as the reference: exact.
-# float16/bfloat16 logits are rounded once on output (CPU); tolerances are a few units of the
-# format's last place.
-TOL = {"float32": dict(rtol=0, atol=0), "float16": dict(rtol=2e-3, atol=2e-3),
-       "bfloat16": dict(rtol=1.6e-2, atol=1.6e-2)}
 
 
 def run_op(case: PenaltyCase, dtype: str = "float32", drafts=True) -> np.ndarray:
@@ -35,9 +30,24 @@ def run_op(case: PenaltyCase, dtype: str = "float32", drafts=True) -> np.ndarray
     return out.astype("float32").numpy()
 
 
-def ref(case: PenaltyCase, drafts=True, **kw) -> np.ndarray:
-    return ref_speculate_get_token_penalty_multi_scores(
-        *case.args(), case.max_seq_len, case.draft_tokens if drafts else None, **kw)
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/penalty_case_tests.py): the Paddle op."""
+    return run_op
+
+
+@pytest.fixture(params=[(bsz, kind, seed, V, drafts) for bsz, kind, seed in all_cases() for V in (111, 1000)
+                        for drafts in (True, False)], ids=lambda p: "-".join(map(str, p)))
+def reference_grid(request):
+    """(bsz, kind, seed, V, drafts): every batch size x kind, V = 111 and 1000, with and without drafts."""
+    return request.param
+
+
+@pytest.fixture(params=[(dtype, *c) for c in all_cases() if c[0] in (3, 17) for dtype in ("float16", "bfloat16")],
+                ids=lambda p: "-".join(map(str, p)))
+def half_grid(request):
+    """(dtype, bsz, kind, seed): 3 and 17 slots x kind, float16 and bfloat16."""
+    return request.param
 
 
 def test_speculate_get_token_penalty_multi_scores_literal_three_slots_with_drafts():
@@ -59,64 +69,6 @@ def test_speculate_get_token_penalty_multi_scores_accepts_fastdeploy_column_shap
                  "cur_len", "min_len", "eos_token_id", "seq_lens_this_time"):
         setattr(case, name, getattr(case, name).reshape(-1, 1))
     np.testing.assert_array_equal(run_op(case), EXPECTED_WITH_DRAFTS)
-
-
-GRID = [(bsz, kind, seed, V, drafts) for bsz, kind, seed in all_cases() for V in (111, 1000) for drafts in (True, False)]
-
-
-@pytest.mark.parametrize("bsz, kind, seed, V, drafts", GRID)
-def test_speculate_get_token_penalty_multi_scores_matches_reference(bsz, kind, seed, V, drafts):
-    rng = np.random.default_rng(seed + V)
-    case = make_penalty_case(rng, bsz, kind, vocab_size=V, with_drafts=drafts, extra_slots=seed % 3)
-    np.testing.assert_array_equal(run_op(case), ref(case))
-
-
-@pytest.mark.parametrize("bsz, kind, seed", [c for c in all_cases() if c[1] in ("mixed", "all_decode")])
-@pytest.mark.parametrize("V", [111, 1000])
-def test_penalty_row_i_equals_nonspeculative_with_drafts_appended(bsz, kind, seed, V):
-    """The lossless property (docs/spec.md §4.5 [ours]): row i of a slot, run speculatively with
-    draft_tokens, equals the single row non-speculative decoding computes after accepting
-    draft_tokens[b, 1..i] (history extended by them, cur_len + i, O_b = 1, no draft_tokens)."""
-    rng = np.random.default_rng(seed + 7 * V)
-    case = make_penalty_case(rng, bsz, kind, vocab_size=V, extra_slots=1)
-    spec = run_op(case)
-    checked = [0] * case.draft_tokens.shape[1]
-    for i in range(case.draft_tokens.shape[1]):
-        ns, spec_rows = nonspeculative_case_for_draft_position(case, i)
-        if spec_rows.size == 0:
-            continue
-        np.testing.assert_array_equal(spec[spec_rows], run_op(ns), err_msg=f"draft position {i}")
-        checked[i] = spec_rows.size
-    assert checked[0] > 0 and (bsz < 17 or min(checked[1:]) > 0), f"rows checked per draft position: {checked}"
-
-
-@pytest.mark.parametrize("bsz, kind, seed", [c for c in all_cases() if c[1] in ("mixed", "all_decode")])
-def test_speculate_get_token_penalty_multi_scores_without_drafts_rows_share_one_history(bsz, kind, seed):
-    """Without draft_tokens (FastDeploy): with min length off and equal input rows, every row of a
-    slot comes out the same, whatever its draft position."""
-    rng = np.random.default_rng(seed + 3)
-    case = make_penalty_case(rng, bsz, kind, vocab_size=111, with_drafts=False)
-    case.min_len[:] = 0
-    rows = case.batch_id_per_token_output[: case.logits.shape[0]]
-    first = case.cu_seqlens_q_output[np.maximum(rows, 0)]
-    case.logits = case.logits[np.where(rows >= 0, first, np.arange(rows.size))]
-    out = run_op(case)
-    for b in range(case.bsz):
-        lo, hi = case.cu_seqlens_q_output[b], case.cu_seqlens_q_output[b + 1]
-        for t in range(lo + 1, hi):
-            np.testing.assert_array_equal(out[t], out[lo], err_msg=f"slot {b} row {t}")
-    np.testing.assert_array_equal(out, ref(case))
-
-
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("bsz, kind, seed", [c for c in all_cases() if c[0] in (3, 17)])
-def test_speculate_get_token_penalty_multi_scores_half_precision_matches_reference(dtype, bsz, kind, seed):
-    rng = np.random.default_rng(seed + 11)
-    case = make_penalty_case(rng, bsz, kind, vocab_size=111)
-    x = paddle.to_tensor(case.logits).astype(dtype).astype("float32").numpy()
-    case.logits = x  # the reference starts from the rounded input
-    kw = {"mask_value": MASK_VALUE_FP16} if dtype == "float16" else {}
-    np.testing.assert_allclose(run_op(case, dtype), ref(case, **kw), **TOL[dtype])
 
 
 def test_speculate_get_token_penalty_multi_scores_many_rows_no_single_block_limit():
