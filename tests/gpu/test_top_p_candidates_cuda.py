@@ -4,14 +4,17 @@
 import numpy as np
 import pytest
 
-from tests.cases import all_cases, make_step_batch, pack_output_index
+from tests.cases import all_cases, make_step_batch
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
-from tests.reference.top_p_candidates import ref_top_p_candidates
 from tests.sampling_fixtures import output_index, random_probs, random_top_p
+from tests.top_p_cases import (  # noqa: F401  written once, also run on the Paddle op
+    QWEN_VOCAB, check_against_reference, test_top_p_candidates_length_is_c_when_top_c_mass_below_top_p,
+    test_top_p_candidates_literal_three_slots, test_top_p_candidates_matches_reference,
+    test_top_p_candidates_matches_reference_qwen_vocab,
+)
 
 cp = require_gpu()
 launch = launcher("specworker_top_p_candidates_launch")
-QWEN_VOCAB = 151936
 
 
 def run_kernel(probs, top_p, batch_ids, C, offset=0):
@@ -33,31 +36,28 @@ def run_kernel(probs, top_p, batch_ids, C, offset=0):
 
 
 def assert_matches_reference(probs, top_p, batch_ids, C, offset=0):
-    scores, tokens, lens = run_kernel(probs, top_p, batch_ids, C, offset)
-    want_scores, want_tokens, want_lens = ref_top_p_candidates(probs, top_p, batch_ids, C)
-    np.testing.assert_array_equal(tokens, want_tokens)
-    np.testing.assert_array_equal(lens, want_lens)  # same fp32 additions in the same order
-    np.testing.assert_array_equal(scores, want_scores)  # copies of input values: exact
+    check_against_reference(run_kernel(probs, top_p, batch_ids, C, offset), probs, top_p, batch_ids, C)
 
 
-def test_top_p_candidates_cuda_literal_three_slots():
-    batch_ids, _ = pack_output_index([2, 0, 1], capacity=5)
-    probs = np.array([[0.10, 0.40, 0.05, 0.30, 0.15], [0.25, 0.25, 0.10, 0.25, 0.15],
-                      [0.50, 0.10, 0.10, 0.20, 0.10], [0.90, 0.05, 0.05, 0.00, 0.00],
-                      [0.20, 0.20, 0.20, 0.20, 0.20]], dtype=np.float32)
-    scores, tokens, lens = run_kernel(probs, [0.5, 0.9, 0.95], batch_ids, 3)
-    np.testing.assert_array_equal(tokens, [[1, 3, -1], [0, 1, -1], [0, 3, 1], [-1, -1, -1], [-1, -1, -1]])
-    np.testing.assert_array_equal(scores, np.array(
-        [[0.40, 0.30, 0], [0.25, 0.25, 0], [0.50, 0.20, 0.10], [0, 0, 0], [0, 0, 0]], dtype=np.float32))
-    np.testing.assert_array_equal(lens, [2, 2, 3, 0, 0])
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/top_p_cases.py): the kernel, every output entry
+    starting as garbage."""
+    return run_kernel
 
 
-def test_top_p_candidates_cuda_length_is_c_when_top_c_mass_below_top_p():
-    """Regression ([ours]): FastDeploy's kernel leaves the length 0 when the top-C mass is below
-    top_p, which rejects every draft; ours returns C."""
-    _, tokens, lens = run_kernel(np.full((2, 100), 0.01, np.float32), [0.9], [0, 0], 5)
-    np.testing.assert_array_equal(lens, [5, 5])
-    np.testing.assert_array_equal(tokens, [[0, 1, 2, 3, 4]] * 2)
+@pytest.fixture(params=[(*c, C) for c in all_cases() + [(1000, "mixed", 77), (1000, "all_decode", 78)]
+                        for C in (1, 2, 5, 10)], ids=lambda p: "-".join(map(str, p)))
+def reference_grid(request):
+    """(bsz, kind, seed, C): every batch size (and 1000) x kind, C = 1, 2, 5, 10."""
+    return request.param
+
+
+@pytest.fixture(params=[(C, rows, rows + C, None) for C, rows in [(5, 1024), (1, 128), (2, 128), (10, 128)]],
+                ids=lambda p: f"C{p[0]}-rows{p[1]}")
+def qwen_grid(request):
+    """(C, rows, seed, lens): the benchmark shape (1024 rows, C = 5) and the other C on fewer rows."""
+    return request.param
 
 
 def test_top_p_candidates_cuda_ties_nan_and_small_vocab():
@@ -84,15 +84,6 @@ def test_top_p_candidates_cuda_all_equal_rows(vocab, C):
     np.testing.assert_array_equal(lens, [1, C, 0])
 
 
-@pytest.mark.parametrize("C", [1, 2, 5, 10])
-@pytest.mark.parametrize("bsz, kind, seed", all_cases() + [(1000, "mixed", 77), (1000, "all_decode", 78)])
-def test_top_p_candidates_cuda_matches_reference(bsz, kind, seed, C):
-    rng = np.random.default_rng(seed + C)
-    batch = make_step_batch(rng, bsz, kind)
-    _, batch_ids, _ = output_index(batch)
-    assert_matches_reference(random_probs(rng, batch_ids.shape[0], 111), random_top_p(rng, bsz), batch_ids, C)
-
-
 @pytest.mark.parametrize("C", [11, 13, 16, 17, 20, 30, 32, 33, 37, 50, 64, 65, 90, 100])
 @pytest.mark.parametrize("vocab", [57, 111, 4099])
 def test_top_p_candidates_cuda_matches_reference_every_list_size(C, vocab):
@@ -101,15 +92,6 @@ def test_top_p_candidates_cuda_matches_reference_every_list_size(C, vocab):
     batch = make_step_batch(rng, 17, "mixed")
     _, batch_ids, _ = output_index(batch)
     assert_matches_reference(random_probs(rng, batch_ids.shape[0], vocab), random_top_p(rng, 17), batch_ids, C)
-
-
-@pytest.mark.parametrize("C, rows", [(5, 1024), (1, 128), (2, 128), (10, 128)])
-def test_top_p_candidates_cuda_matches_reference_qwen_vocab(C, rows):
-    """V = 151936: the benchmark shape (1024 rows, C = 5) and the other C on fewer rows."""
-    rng = np.random.default_rng(rows + C)
-    batch_ids, _ = pack_output_index(rng.integers(0, 5, size=rows // 4), capacity=rows)
-    probs = random_probs(rng, rows, QWEN_VOCAB)
-    assert_matches_reference(probs, random_top_p(rng, rows // 4), batch_ids, C)
 
 
 @pytest.mark.parametrize("offset", [1, 2, 3])

@@ -3,9 +3,13 @@ import paddle
 import pytest
 
 from specworker.model_executor.ops import top_p_candidates
-from tests.cases import all_cases, make_step_batch, pack_output_index
-from tests.reference.top_p_candidates import ref_top_p_candidates
+from tests.cases import all_cases, make_step_batch
 from tests.sampling_fixtures import output_index, random_probs, random_top_p
+from tests.top_p_cases import (  # noqa: F401  written once, also run on the CUDA kernel
+    check_against_reference, test_top_p_candidates_length_is_c_when_top_c_mass_below_top_p,
+    test_top_p_candidates_literal_three_slots, test_top_p_candidates_matches_reference,
+    test_top_p_candidates_matches_reference_qwen_vocab,
+)
 
 
 def _run(probs, top_p, batch_ids, C):
@@ -15,44 +19,25 @@ def _run(probs, top_p, batch_ids, C):
 
 
 def _assert_matches_reference(probs, top_p, batch_ids, C):
-    scores, tokens, lens = _run(probs, top_p, batch_ids, C)
-    want_scores, want_tokens, want_lens = ref_top_p_candidates(probs, top_p, batch_ids, C)
-    np.testing.assert_array_equal(tokens, want_tokens)
-    np.testing.assert_array_equal(lens, want_lens)
-    # The scores are copies of input values, so they compare exactly (rtol = atol = 0).
-    np.testing.assert_array_equal(scores, want_scores)
+    check_against_reference(_run(probs, top_p, batch_ids, C), probs, top_p, batch_ids, C)
 
 
-def test_top_p_candidates_literal_three_slots():
-    """Slot 0 decodes with 2 rows, slot 1 is stopped (0 rows), slot 2 prefills (1 row);
-    capacity 5, so rows 3 and 4 have no slot."""
-    batch_ids, cu = pack_output_index([2, 0, 1], capacity=5)
-    np.testing.assert_array_equal(batch_ids, [0, 0, 2, -1, -1])
-    probs = np.array([
-        [0.10, 0.40, 0.05, 0.30, 0.15],  # 0.4 + 0.3 >= 0.5 -> 2
-        [0.25, 0.25, 0.10, 0.25, 0.15],  # three-way tie: ids 0, 1, 3; 0.25 + 0.25 >= 0.5 -> 2
-        [0.50, 0.10, 0.10, 0.20, 0.10],  # tie at 0.1 goes to id 1; 0.8 < 0.95 -> C = 3
-        [0.90, 0.05, 0.05, 0.00, 0.00],
-        [0.20, 0.20, 0.20, 0.20, 0.20],
-    ], dtype=np.float32)
-    scores, tokens, lens = _run(probs, [0.5, 0.9, 0.95], batch_ids, 3)
-    np.testing.assert_array_equal(tokens, [[1, 3, -1], [0, 1, -1], [0, 3, 1], [-1, -1, -1], [-1, -1, -1]])
-    np.testing.assert_array_equal(scores, np.array(
-        [[0.40, 0.30, 0], [0.25, 0.25, 0], [0.50, 0.20, 0.10], [0, 0, 0], [0, 0, 0]], dtype=np.float32))
-    np.testing.assert_array_equal(lens, [2, 2, 3, 0, 0])
-    assert scores.dtype == np.float32 and tokens.dtype == np.int64 and lens.dtype == np.int32
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/top_p_cases.py): the Paddle op."""
+    return _run
 
 
-def test_top_p_candidates_length_is_c_when_top_c_mass_below_top_p():
-    """Regression ([ours], docs/spec.md §8.8): FastDeploy's dispatched kernel
-    leaves actual_candidate_lens at 0 when the C best probabilities sum to less than top_p, so
-    speculate_verify's candidate check (draft among the first min(len, C) candidates) accepts
-    nothing and every draft is rejected. A flat 100-token distribution with C = 5 has top-C
-    mass 0.05 < top_p = 0.9: the length must be C."""
-    probs = np.full((2, 100), 0.01, dtype=np.float32)
-    scores, tokens, lens = _run(probs, [0.9], [0, 0], 5)
-    np.testing.assert_array_equal(lens, [5, 5])
-    np.testing.assert_array_equal(tokens, [[0, 1, 2, 3, 4]] * 2)
+@pytest.fixture(params=[(*c, C) for c in all_cases() for C in (1, 2, 5, 10)], ids=lambda p: "-".join(map(str, p)))
+def reference_grid(request):
+    """(bsz, kind, seed, C): every batch size x kind, C = 1, 2, 5, 10."""
+    return request.param
+
+
+@pytest.fixture(params=[(5, 8, 151936, [3, 0, 1, 2])], ids=["C5-rows8"])
+def qwen_grid(request):
+    """(C, rows, seed, lens): four slots of 3, 0, 1, 2 rows, capacity 8, C = 5."""
+    return request.param
 
 
 def test_top_p_candidates_ties_go_to_the_smaller_id():
@@ -108,16 +93,6 @@ def test_top_p_candidates_fewer_rows_than_batch_ids():
     assert scores.shape == (1, 2) and lens.shape == (1,)
 
 
-@pytest.mark.parametrize("C", [1, 2, 5, 10])
-@pytest.mark.parametrize("bsz, kind, seed", all_cases())
-def test_top_p_candidates_matches_reference(bsz, kind, seed, C):
-    rng = np.random.default_rng(seed + C)
-    batch = make_step_batch(rng, bsz, kind)
-    _, batch_ids, _ = output_index(batch)
-    probs = random_probs(rng, batch_ids.shape[0], 111)
-    _assert_matches_reference(probs, random_top_p(rng, bsz), batch_ids, C)
-
-
 @pytest.mark.parametrize("C, vocab", [(13, 111), (20, 111), (37, 111), (64, 111), (65, 111), (100, 111), (100, 57)])
 def test_top_p_candidates_matches_reference_large_c(C, vocab):
     rng = np.random.default_rng(C * 1000 + vocab)
@@ -125,14 +100,6 @@ def test_top_p_candidates_matches_reference_large_c(C, vocab):
     _, batch_ids, _ = output_index(batch)
     probs = random_probs(rng, batch_ids.shape[0], vocab)
     _assert_matches_reference(probs, random_top_p(rng, 17), batch_ids, C)
-
-
-def test_top_p_candidates_matches_reference_qwen_vocab():
-    """V = 151936 (Qwen), the size the CUDA kernel is tuned for."""
-    rng = np.random.default_rng(151936)
-    batch_ids, _ = pack_output_index([3, 0, 1, 2], capacity=8)
-    probs = random_probs(rng, 8, 151936)
-    _assert_matches_reference(probs, random_top_p(rng, 4), batch_ids, 5)
 
 
 def _good_inputs():
