@@ -6,13 +6,15 @@ import pytest
 
 from tests.cases import all_cases, make_step_batch, pack_output_index
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
-from tests.reference.reasoning_phase_token_constraint import ref_reasoning_phase_token_constraint
+from tests.reasoning_cases import (  # noqa: F401  written once, also run on the Paddle op
+    LF, MASKED, THINK_END, check_against_reference, test_reasoning_phase_token_constraint_literal_three_slots,
+    test_reasoning_phase_token_constraint_matches_reference, test_reasoning_phase_token_constraint_walk_thinking_to_done,
+    walk,
+)
 from tests.sampling_fixtures import output_index, random_reasoning_inputs
 
 cp = require_gpu()
 launch = launcher("specworker_reasoning_phase_token_constraint_launch")
-THINK_END, LF = 9, 7
-MASKED = np.float32(-1e10)
 
 
 def run_kernel(logits, pre_ids, stop_flags, seq_lens_this_time, seq_lens_encoder, step_idx, allowed_tokens,
@@ -38,39 +40,17 @@ def run_kernel(logits, pre_ids, stop_flags, seq_lens_this_time, seq_lens_encoder
     return cp.asnumpy(d_logits), cp.asnumpy(d_status)
 
 
-def assert_matches_reference(inputs):
-    got_logits, got_status = run_kernel(**inputs)
-    want_logits, want_status = ref_reasoning_phase_token_constraint(**inputs, think_end_id=THINK_END,
-                                                                    line_break_id=LF)
-    np.testing.assert_array_equal(got_status, want_status)
-    np.testing.assert_array_equal(got_logits, want_logits)  # copied or set values: exact
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/reasoning_cases.py): the kernels on device copies."""
+    return run_kernel
 
 
-def walk(generated, thinking=True, allowed=(4, 6), rows=3, vocab=8):
-    pre_ids = np.full((1, 16), -1, np.int64)
-    status = np.zeros(1, np.int32)
-    batch_ids, cu = pack_output_index([rows])
-    statuses, all_logits = [], []
-    for k, token in enumerate(generated, start=1):
-        pre_ids[0, k] = token
-        logits = np.arange(rows * vocab, dtype=np.float32).reshape(rows, vocab)
-        logits, status = run_kernel(logits, pre_ids, [False], [rows], [0], [k], list(allowed), status, batch_ids, cu,
-                                    [thinking])
-        statuses.append(int(status[0]))
-        all_logits.append(logits)
-    return statuses, all_logits
-
-
-def test_reasoning_phase_token_constraint_cuda_walk_thinking_to_done():
-    statuses, logits = walk([5, 6, LF, THINK_END, LF, LF, 4, 5])
-    assert statuses == [0, 0, 0, 1, 1, 2, 3, 3]
-    free = np.arange(24, dtype=np.float32).reshape(3, 8)
-    for k, got in enumerate(logits):
-        if statuses[k] == 2:
-            np.testing.assert_array_equal(got[0], [MASKED] * 4 + [4.0, MASKED, 6.0, MASKED])
-            np.testing.assert_array_equal(got[1:], free[1:])  # only the first row of the slot
-        else:
-            np.testing.assert_array_equal(got, free)
+@pytest.fixture(params=all_cases() + [(1000, "mixed", 91), (5000, "mixed", 92), (5000, "all_decode", 93)],
+                ids=lambda p: "-".join(map(str, p)))
+def reference_grid(request):
+    """(bsz, kind, seed): every batch size (and 1000, 5000) x kind."""
+    return request.param
 
 
 def test_reasoning_phase_token_constraint_cuda_walk_non_thinking_and_abandoned():
@@ -85,22 +65,8 @@ def test_reasoning_phase_token_constraint_cuda_walk_non_thinking_and_abandoned()
     got, status = run_kernel(logits, pre_ids, [False], [3], [0], [1], [2], status, *pack_output_index([3]), [False])
     np.testing.assert_array_equal(status, [3])
     np.testing.assert_array_equal(got, logits)
-    statuses, _ = walk([5, THINK_END, 5, 5, 5, 5, 5])
+    statuses, _ = walk(run_kernel, [5, THINK_END, 5, 5, 5, 5, 5])
     assert statuses == [0, 1, 1, 1, 1, 3, 3]
-
-
-def test_reasoning_phase_token_constraint_cuda_literal_three_slots():
-    batch_ids, cu = pack_output_index([3, 0, 2], capacity=9)
-    pre_ids = np.array([[-1, 5, LF, THINK_END, LF, LF],
-                        [-1, LF, THINK_END, LF, LF, 3],
-                        [-1, LF, THINK_END, LF, LF, 3]], np.int64)
-    logits = np.arange(54, dtype=np.float32).reshape(9, 6)
-    got, status = run_kernel(logits, pre_ids, [False, True, False], [3, 0, 2], [0, 0, 0], [5, 4, 5], [1, 4],
-                             [1, 2, 2], batch_ids, cu, [True, True, True])
-    np.testing.assert_array_equal(status, [2, 2, 3])
-    want = logits.copy()
-    want[0] = [MASKED, 1.0, MASKED, MASKED, 4.0, MASKED]
-    np.testing.assert_array_equal(got, want)
 
 
 def test_reasoning_phase_token_constraint_cuda_history_past_the_row_and_slots_past_bsz():
@@ -110,16 +76,6 @@ def test_reasoning_phase_token_constraint_cuda_history_past_the_row_and_slots_pa
     _, status = run_kernel(np.zeros((1, 3), np.float32), pre_ids, [False] * 3, [1, 1], [0, 0], [5, 7, 5], [1],
                            [1, 1, 1], np.array([-1], np.int32), [0, 0, 0], [True] * 3)
     np.testing.assert_array_equal(status, [1, 3, 1])
-
-
-@pytest.mark.parametrize("bsz, kind, seed", all_cases() + [(1000, "mixed", 91), (5000, "mixed", 92),
-                                                          (5000, "all_decode", 93)])
-def test_reasoning_phase_token_constraint_cuda_matches_reference(bsz, kind, seed):
-    rng = np.random.default_rng(seed)
-    batch = make_step_batch(rng, bsz, kind)
-    _, batch_ids, cu = output_index(batch)
-    assert_matches_reference(random_reasoning_inputs(rng, batch, batch_ids, cu, vocab=111, think_end_id=THINK_END,
-                                                     line_break_id=LF))
 
 
 @pytest.mark.parametrize("num_allowed", [0, 1, 2, 5, 3000])
@@ -134,7 +90,7 @@ def test_reasoning_phase_token_constraint_cuda_qwen_vocab_tiles(num_allowed):
     edges = np.array([0, 32767, 32768, 65535, 65536, 131071, 131072, 151935, 151936, -1, 32768], np.int64)
     extra = rng.integers(-5, 151936 + 5, size=max(num_allowed - edges.size, 0))
     inputs["allowed_tokens"] = np.concatenate([edges, extra])[:num_allowed].astype(np.int64)
-    assert_matches_reference(inputs)
+    check_against_reference(run_kernel, inputs)
 
 
 def test_reasoning_phase_token_constraint_cuda_out_of_range_batch_id_is_skipped():

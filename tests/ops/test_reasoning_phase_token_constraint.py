@@ -3,12 +3,12 @@ import paddle
 import pytest
 
 from specworker.model_executor.ops import reasoning_phase_token_constraint
-from tests.cases import all_cases, make_step_batch, pack_output_index
-from tests.reference.reasoning_phase_token_constraint import ref_reasoning_phase_token_constraint
-from tests.sampling_fixtures import output_index, random_reasoning_inputs
-
-THINK_END, LF = 9, 7  # "</think>" and "\n" in these tests
-MASKED = np.float32(-1e10)
+from tests.cases import all_cases, pack_output_index
+from tests.reasoning_cases import (  # noqa: F401  written once, also run on the CUDA kernels
+    LF, MASKED, THINK_END, test_reasoning_phase_token_constraint_literal_three_slots,
+    test_reasoning_phase_token_constraint_matches_reference, test_reasoning_phase_token_constraint_walk_thinking_to_done,
+    walk,
+)
 
 
 def _call(logits, pre_ids, stop_flags, seq_lens_this_time, seq_lens_encoder, step_idx, allowed_tokens,
@@ -29,36 +29,16 @@ def _call(logits, pre_ids, stop_flags, seq_lens_this_time, seq_lens_encoder, ste
     return t_logits.numpy(), t_status.numpy()
 
 
-def _walk(generated, thinking=True, allowed=(4, 6), rows=3, vocab=8):
-    """One decode slot with `rows` logit rows per step; after the k-th generated token the op
-    runs with step_idx = k and pre_ids[0, k] = that token. Returns the status and the logits
-    after each call."""
-    pre_ids = np.full((1, 16), -1, np.int64)
-    status = np.zeros(1, np.int32)
-    batch_ids, cu = pack_output_index([rows])
-    statuses, all_logits = [], []
-    for k, token in enumerate(generated, start=1):
-        pre_ids[0, k] = token
-        logits = np.arange(rows * vocab, dtype=np.float32).reshape(rows, vocab)
-        logits, status = _call(logits, pre_ids, [False], [rows], [0], [k], list(allowed), status, batch_ids, cu,
-                               [thinking])
-        statuses.append(int(status[0]))
-        all_logits.append(logits)
-    return statuses, all_logits
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/reasoning_cases.py): the Paddle op."""
+    return _call
 
 
-def test_reasoning_phase_token_constraint_walk_thinking_to_done():
-    """0 -> 1 when </think> appears, 1 -> 2 once "\\n</think>\\n\\n" is complete (the first row
-    of that step is constrained, the other two rows are not), 2 -> 3 on the next step."""
-    statuses, logits = _walk([5, 6, LF, THINK_END, LF, LF, 4, 5])
-    assert statuses == [0, 0, 0, 1, 1, 2, 3, 3]
-    free = np.arange(24, dtype=np.float32).reshape(3, 8)
-    for k, got in enumerate(logits):
-        if statuses[k] == 2:
-            np.testing.assert_array_equal(got[0], [MASKED] * 4 + [4.0, MASKED, 6.0, MASKED])
-            np.testing.assert_array_equal(got[1:], free[1:])
-        else:
-            np.testing.assert_array_equal(got, free)
+@pytest.fixture(params=all_cases(), ids=lambda p: "-".join(map(str, p)))
+def reference_grid(request):
+    """(bsz, kind, seed): every batch size x kind."""
+    return request.param
 
 
 def test_reasoning_phase_token_constraint_walk_non_thinking_request():
@@ -84,7 +64,7 @@ def test_reasoning_phase_token_constraint_walk_non_thinking_request():
 def test_reasoning_phase_token_constraint_walk_abandoned_pattern():
     """A </think> that is not followed by "\\n\\n": 0 -> 1, then 1 -> 3 once </think> has left the
     last four tokens; nothing is ever constrained."""
-    statuses, logits = _walk([5, THINK_END, 5, 5, 5, 5, 5])
+    statuses, logits = walk(_call, [5, THINK_END, 5, 5, 5, 5, 5])
     assert statuses == [0, 1, 1, 1, 1, 3, 3]
     for got in logits:
         np.testing.assert_array_equal(got, np.arange(24, dtype=np.float32).reshape(3, 8))
@@ -99,25 +79,6 @@ def test_reasoning_phase_token_constraint_pattern_completed_within_one_step():
     got, status = _call(logits, pre_ids, [False], [2], [0], [5], [1], [0], batch_ids, cu, [True])
     np.testing.assert_array_equal(status, [2])
     np.testing.assert_array_equal(got, [[MASKED, 0, MASKED, MASKED, MASKED], [0, 0, 0, 0, 0]])
-
-
-def test_reasoning_phase_token_constraint_literal_three_slots():
-    """Slot 0 decodes 3 rows and completes the pattern (1 -> 2: its first row is masked), slot 1
-    is stopped in status 2 (no rows, status kept), slot 2 decodes 2 rows in status 2 (-> 3, no
-    mask). Capacity 9: rows 5..8 have no slot."""
-    batch_ids, cu = pack_output_index([3, 0, 2], capacity=9)
-    np.testing.assert_array_equal(batch_ids, [0, 0, 0, 2, 2, -1, -1, -1, -1])
-    np.testing.assert_array_equal(cu, [0, 3, 3, 5])
-    pre_ids = np.array([[-1, 5, LF, THINK_END, LF, LF],
-                        [-1, LF, THINK_END, LF, LF, 3],
-                        [-1, LF, THINK_END, LF, LF, 3]], np.int64)
-    logits = np.arange(54, dtype=np.float32).reshape(9, 6)
-    got, status = _call(logits, pre_ids, [False, True, False], [3, 0, 2], [0, 0, 0], [5, 4, 5], [1, 4], [1, 2, 2],
-                        batch_ids, cu, [True, True, True])
-    np.testing.assert_array_equal(status, [2, 2, 3])
-    want = logits.copy()
-    want[0] = [MASKED, 1.0, MASKED, MASKED, 4.0, MASKED]
-    np.testing.assert_array_equal(got, want)
 
 
 def test_reasoning_phase_token_constraint_stopped_slots_untouched():
@@ -183,20 +144,6 @@ def test_reasoning_phase_token_constraint_accepts_fastdeploy_column_shapes():
         paddle.to_tensor([0, 1], dtype="int32"), paddle.to_tensor([[True]]), THINK_END, LF)
     np.testing.assert_array_equal(t_status.numpy(), [[2]])
     np.testing.assert_array_equal(t_logits.numpy(), [[MASKED, 0, MASKED]])
-
-
-@pytest.mark.parametrize("bsz, kind, seed", all_cases())
-def test_reasoning_phase_token_constraint_matches_reference(bsz, kind, seed):
-    rng = np.random.default_rng(seed)
-    batch = make_step_batch(rng, bsz, kind)
-    _, batch_ids, cu = output_index(batch)
-    inputs = random_reasoning_inputs(rng, batch, batch_ids, cu, vocab=111, think_end_id=THINK_END,
-                                     line_break_id=LF)
-    want_logits, want_status = ref_reasoning_phase_token_constraint(**inputs, think_end_id=THINK_END,
-                                                                    line_break_id=LF)
-    got_logits, got_status = _call(**inputs)
-    np.testing.assert_array_equal(got_status, want_status)
-    np.testing.assert_array_equal(got_logits, want_logits)  # values are copied or set, never computed
 
 
 def _good_inputs():
