@@ -3,6 +3,9 @@ import numpy as np
 import pytest
 
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
+from tests.ngram_case_tests import (  # noqa: F401  written once, also run on the Paddle op
+    WRITES, assert_state_equal, test_ngram_match_literal, test_ngram_match_matches_reference,
+)
 from tests.ngram_cases import KINDS, NGRAM_CASES, NGRAM_SIZES, literal_state, make_ngram_state
 from tests.reference.ngram_match import ref_ngram_match
 
@@ -11,7 +14,6 @@ launch = launcher("specworker_ngram_match_launch")
 
 ARGS = ("input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num", "draft_tokens", "seq_lens_this_time",
         "seq_lens_encoder", "seq_lens_decoder", "max_dec_len", "is_block_step")
-WRITES = ("draft_tokens", "seq_lens_this_time")
 GUARD = 16  # rows past each written buffer's end that the kernel must leave untouched
 CANARY = -7777
 
@@ -44,26 +46,20 @@ def run_kernel(state: dict, *, max_ngram_size: int, max_draft_tokens: int, min_n
     return out
 
 
-def assert_state_equal(got: dict, want: dict):
-    for k in WRITES:
-        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/ngram_case_tests.py): the kernel, GUARD checked."""
+    return run_kernel
 
 
-@pytest.mark.parametrize("name, state, attrs, expected", NGRAM_CASES, ids=[c[0] for c in NGRAM_CASES])
-def test_ngram_match_cuda_literal(name, state, attrs, expected):
-    got = run_kernel(state, **attrs)
-    for k, v in expected.items():
-        np.testing.assert_array_equal(got[k], np.asarray(v), err_msg=f"{name}: {k}")
-
-
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("bsz", [0, 1, 3, 17, 255, 256, 257, 1024])
-def test_ngram_match_cuda_matches_reference(bsz, kind):
-    for j, (max_n, min_n) in enumerate(NGRAM_SIZES):
-        seed = bsz * 100 + KINDS.index(kind) * 10 + j
-        state = make_ngram_state(np.random.default_rng(seed), bsz, kind, extra_rows=j, with_paused=j % 2 == 0)
-        attrs = dict(max_ngram_size=max_n, min_ngram_size=min_n, max_draft_tokens=3)
-        assert_state_equal(run_kernel(state, **attrs), ref_ngram_match(state, **attrs))
+@pytest.fixture(params=[(bsz, kind, bsz * 100 + KINDS.index(kind) * 10 + j, sizes, j, j % 2 == 0, False)
+                        for bsz in (0, 1, 3, 17, 255, 256, 257, 1024) for kind in KINDS
+                        for j, sizes in enumerate(NGRAM_SIZES)],
+                ids=lambda p: f"{p[0]}-{p[1]}-{p[3][0]}-{p[3][1]}")
+def reference_grid(request):
+    """(bsz, kind, seed, sizes, extra_rows, with_paused, column): batch sizes around the block edges x kind
+    x n-gram sizes, with 0-3 rows past bsz and paused slots in every other one."""
+    return request.param
 
 
 @pytest.mark.parametrize("history_width, vocab", [(300, 3), (1000, 40), (5000, 2), (9000, 1000)])

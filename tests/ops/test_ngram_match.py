@@ -3,15 +3,17 @@ import paddle
 import pytest
 
 from specworker.model_executor.ops import ngram_match
-from tests.ngram_cases import KINDS, NGRAM_CASES, NGRAM_SIZES, all_cases, literal_state, make_ngram_state, to_column
+from tests.ngram_case_tests import (  # noqa: F401  written once, also run on the CUDA kernel
+    WRITES, assert_state_equal, test_ngram_match_literal, test_ngram_match_matches_reference,
+)
+from tests.ngram_cases import KINDS, NGRAM_CASES, NGRAM_SIZES, all_cases, literal_state, make_ngram_state
 from tests.reference.ngram_match import ref_ngram_match
 
 ARGS = ("input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num", "draft_tokens", "seq_lens_this_time",
         "seq_lens_encoder", "seq_lens_decoder", "max_dec_len")
-WRITES = ("draft_tokens", "seq_lens_this_time")
 
 
-def run(state: dict, **attrs) -> dict:
+def run_op(state: dict, **attrs) -> dict:
     """Runs the op on a numpy state (is_block_step optional); returns the new state."""
     t = {k: paddle.to_tensor(state[k]) for k in ARGS}
     paused = state.get("is_block_step")
@@ -20,18 +22,19 @@ def run(state: dict, **attrs) -> dict:
     return {**state, **{k: t[k].numpy() for k in WRITES}}
 
 
-def assert_state_equal(got: dict, want: dict):
-    for k in WRITES:
-        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/ngram_case_tests.py): the Paddle op."""
+    return run_op
 
 
-@pytest.mark.parametrize("name, state, attrs, expected", NGRAM_CASES, ids=[c[0] for c in NGRAM_CASES])
-def test_ngram_match_literal(name, state, attrs, expected):
-    got = run(state, **attrs)
-    for k, v in expected.items():
-        np.testing.assert_array_equal(got[k], np.asarray(v), err_msg=f"{name}: {k}")
-    # The hand-worked values also pin the reference.
-    assert_state_equal(ref_ngram_match(state, **attrs), {k: np.asarray(v) for k, v in expected.items()})
+@pytest.fixture(params=[(bsz, kind, seed, sizes, seed % 3, True, column) for bsz, kind, sizes, seed in all_cases()
+                        for column in (False, True)],
+                ids=lambda p: f"{p[0]}-{p[1]}-{p[3][0]}-{p[3][1]}-{p[2]}-{'column' if p[6] else '1d'}")
+def reference_grid(request):
+    """(bsz, kind, seed, sizes, extra_rows, with_paused, column): every batch size x kind x n-gram sizes,
+    1-D and FastDeploy's column."""
+    return request.param
 
 
 def test_ngram_match_fastdeploy_call_without_appended_arguments():
@@ -52,31 +55,21 @@ def test_ngram_match_updates_tensors_in_place():
     np.testing.assert_array_equal(t["draft_tokens"].numpy(), expected["draft_tokens"])
 
 
-@pytest.mark.parametrize("column", [False, True], ids=["1d", "fastdeploy_column"])
-@pytest.mark.parametrize("bsz, kind, sizes, seed", all_cases())
-def test_ngram_match_matches_reference(bsz, kind, sizes, seed, column):
-    state = make_ngram_state(np.random.default_rng(seed), bsz, kind, extra_rows=seed % 3)
-    if column:
-        state = to_column(state)
-    attrs = dict(max_ngram_size=sizes[0], min_ngram_size=sizes[1], max_draft_tokens=3)
-    assert_state_equal(run(state, **attrs), ref_ngram_match(state, **attrs))
-
-
 @pytest.mark.parametrize("num_draft, max_draft_tokens", [(0, 0), (1, 1), (5, 5), (5, 2), (3, 0)])
 def test_ngram_match_matches_reference_other_draft_widths(num_draft, max_draft_tokens):
     """D = 1 (k = 0: no column to write), wide rows, and max_draft_tokens below or at D - 1."""
     for seed, kind in enumerate(("mixed", "repetitive", "near_max_dec_len")):
         state = make_ngram_state(np.random.default_rng(seed), 17, kind, num_draft=num_draft, extra_rows=2)
         attrs = dict(max_ngram_size=3, max_draft_tokens=max_draft_tokens)
-        assert_state_equal(run(state, **attrs), ref_ngram_match(state, **attrs))
+        assert_state_equal(run_op(state, **attrs), ref_ngram_match(state, **attrs))
 
 
 def test_ngram_match_without_is_block_step_drafts_for_paused_slot():
     """Without the optional input a paused slot with Dec > 0 is a decode slot (FastDeploy's op)."""
     state = literal_state([[1, 2, 1]], [[2]], paused=[True])
-    assert run(state, max_ngram_size=2, max_draft_tokens=3)["seq_lens_this_time"][0] == 0
+    assert run_op(state, max_ngram_size=2, max_draft_tokens=3)["seq_lens_this_time"][0] == 0
     del state["is_block_step"]
-    got = run(state, max_ngram_size=2, max_draft_tokens=3)
+    got = run_op(state, max_ngram_size=2, max_draft_tokens=3)
     np.testing.assert_array_equal(got["draft_tokens"][0], [500, 1, 2, -1])  # [1 2] at 0 -> [1 2]
     assert got["seq_lens_this_time"][0] == 3
 
@@ -84,14 +77,14 @@ def test_ngram_match_without_is_block_step_drafts_for_paused_slot():
 def test_ngram_match_rows_past_bsz_untouched():
     """bsz = 3 live slots (seq_lens_this_time) over 5-row buffers: rows 3, 4 keep their junk."""
     state = make_ngram_state(np.random.default_rng(7), 3, "all_decode", extra_rows=2)
-    got = run(state, max_ngram_size=3, max_draft_tokens=3)
+    got = run_op(state, max_ngram_size=3, max_draft_tokens=3)
     np.testing.assert_array_equal(got["draft_tokens"][3:], state["draft_tokens"][3:])
     assert_state_equal(got, ref_ngram_match(state, max_ngram_size=3, max_draft_tokens=3))
 
 
 def test_ngram_match_zero_live_slots():
     state = make_ngram_state(np.random.default_rng(8), 0, "mixed", extra_rows=3)
-    got = run(state, max_ngram_size=3, max_draft_tokens=3)
+    got = run_op(state, max_ngram_size=3, max_draft_tokens=3)
     np.testing.assert_array_equal(got["draft_tokens"], state["draft_tokens"])
 
 
@@ -103,7 +96,7 @@ def test_ngram_match_long_history_prefers_longest_then_latest():
     prompt[40:44] = [1, 2, 3, 77]
     gen = list(rng.integers(10, 14, size=50)) + [1, 2, 3]
     state = literal_state([prompt], [gen], prompt_width=600, history_width=600)
-    got = run(state, max_ngram_size=3, max_draft_tokens=3)
+    got = run_op(state, max_ngram_size=3, max_draft_tokens=3)
     np.testing.assert_array_equal(got["draft_tokens"][0], [500] + [77] + prompt[44:46])
 
 
@@ -162,7 +155,7 @@ def test_ngram_match_rejects_bad_input(state, attrs, match):
 ], ids=["input_ids_len", "step_idx"])
 def test_ngram_match_ignores_history_of_non_decode_slots(state):
     _, _, attrs, expected = NGRAM_CASES[0]
-    got = run(state, **attrs)
+    got = run_op(state, **attrs)
     np.testing.assert_array_equal(got["draft_tokens"], expected["draft_tokens"])
 
 
