@@ -18,12 +18,15 @@ import numpy as np
 import pytest
 
 from tests.gpu.harness import ptr, raw_launcher, require_gpu, stream
+from tests.paged_attention_case_tests import (  # noqa: F401  written once, also run on the Paddle op
+    check_against_reference, test_paged_attention_is_batch_invariant, test_paged_attention_literal_three_slots,
+    test_paged_attention_matches_reference,
+)
 from tests.paged_attention_cases import (
     LITERAL_OUT,
     AttentionCase,
     case_id,
     grid_cases,
-    invariance_runs,
     literal_case,
     literal_caches_after,
     make_attention_case,
@@ -40,6 +43,13 @@ CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE = 0, 1
 TOL = {"float32": dict(rtol=1e-5, atol=1e-5), "float16": dict(rtol=1e-3, atol=1e-3),
        "bfloat16": dict(rtol=8e-3, atol=8e-3)}
 POISON_BYTE = 0xFF  # NaN in float32, float16 and bfloat16: an unwritten row cannot pass for zeros
+INVARIANCE = [
+    (16, 64, (4, 2), 37, 4),
+    (64, 128, (8, 1), 61, 4),
+    (16, 32, (8, 1), 0, 40),
+    (64, 64, (4, 2), 21, 45),
+    (16, 128, (32, 8), 1000, 4),  # a long history: 32 tiles before the verify queries
+]
 
 
 def _raw():
@@ -93,35 +103,35 @@ def run_cuda(case: AttentionCase, dtype: str = "float32"):
 
 
 def _check_against_reference(case: AttentionCase, dtype: str, want=None):
-    out, key_cache, value_cache = run_cuda(case, dtype)
-    want_out, want_k, want_v = want or ref_paged_attention(*case.args(), case.block_size, case.scale)
-    np.testing.assert_allclose(out, want_out, **TOL[dtype])
-    np.testing.assert_array_equal(key_cache, want_k)
-    np.testing.assert_array_equal(value_cache, want_v)
+    check_against_reference(run_cuda(case, dtype), case, TOL[dtype], want)
 
 
-# --- literal three-slot step ------------------------------------------------------------------------
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/paged_attention_case_tests.py): the kernel, the output
+    starting as NaN bytes and the launcher's return code checked."""
+    return run_cuda
 
-@pytest.mark.parametrize("dtype", list(DTYPE_CODE))
-def test_paged_attention_cuda_literal_three_slots(dtype):
-    case = literal_case()
-    out, key_cache, value_cache = run_cuda(case, dtype)
-    np.testing.assert_array_equal(out, LITERAL_OUT)
-    want_k, want_v = literal_caches_after(case)
-    np.testing.assert_array_equal(key_cache, want_k)
-    np.testing.assert_array_equal(value_cache, want_v)
+
+@pytest.fixture
+def tol():
+    return TOL
+
+
+@pytest.fixture(params=[(c, dtype) for c in grid_cases() for dtype in DTYPE_CODE],
+                ids=lambda p: f"{case_id(p[0])}-{p[1]}")
+def reference_grid(request):
+    """(grid case, dtype): every grid case in every dtype."""
+    return request.param
+
+
+@pytest.fixture(params=[(*c, dtype) for c in INVARIANCE for dtype in DTYPE_CODE], ids=lambda p: "-".join(map(str, p)))
+def invariance_grid(request):
+    """(block_size, head_dim, heads, dec, length, dtype): INVARIANCE in every dtype."""
+    return request.param
 
 
 # --- randomized grid ----------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("dtype", list(DTYPE_CODE))
-@pytest.mark.parametrize("c", grid_cases(), ids=case_id)
-def test_paged_attention_cuda_matches_reference(c, dtype):
-    seed, bsz, kind, block_size, head_dim, heads, garbage = c
-    case = make_attention_case(seed, bsz, kind, block_size=block_size, head_dim=head_dim, heads=heads,
-                               garbage=garbage, dtype=dtype)
-    _check_against_reference(case, dtype)
-
 
 @pytest.mark.parametrize("bsz, kind", [(256, "mixed"), (256, "all_decode"), (300, "stopped")])
 def test_paged_attention_cuda_large_batch(bsz, kind):
@@ -145,31 +155,6 @@ def test_paged_attention_cuda_long_context_and_tile_edges(dec):
     slots = [random_slot(rng, dec, 4, 32, 8, 64), random_slot(rng, dec + 1, 1, 32, 8, 64),
              random_slot(rng, 0, 0, 32, 8, 64), random_slot(rng, max(dec - 5, 0), 40, 32, 8, 64)]
     _check_against_reference(pack_case(rng, slots, 64), "float32")
-
-
-# --- batch invariance ---------------------------------------------------------------------------------
-
-INVARIANCE = [
-    (16, 64, (4, 2), 37, 4),
-    (64, 128, (8, 1), 61, 4),
-    (16, 32, (8, 1), 0, 40),
-    (64, 64, (4, 2), 21, 45),
-    (16, 128, (32, 8), 1000, 4),  # a long history: 32 tiles before the verify queries
-]
-
-
-@pytest.mark.parametrize("dtype", list(DTYPE_CODE))
-@pytest.mark.parametrize("block_size, head_dim, heads, dec, length", INVARIANCE)
-def test_paged_attention_cuda_is_batch_invariant(block_size, head_dim, heads, dec, length, dtype):
-    """A query gives the same bits alone, one query per step (1-token decode on the kernel's own
-    cache writes), among its slot's verify queries, at any slot index among 17 random neighbours,
-    with T_cap padding, and split into two chunks."""
-    runs = invariance_runs(lambda case: run_cuda(case, dtype), seed=block_size + head_dim + dec,
-                           block_size=block_size, head_dim=head_dim, heads=heads, dtype=dtype, dec=dec, length=length)
-    base = runs.pop("alone")
-    assert base.shape == (length, heads[0], head_dim) and np.isfinite(base).all()
-    for name, rows in runs.items():
-        assert np.array_equal(rows, base), f"{name}: max |diff| {np.abs(rows - base).max()}"
 
 
 def test_paged_attention_cuda_is_deterministic():

@@ -14,12 +14,15 @@ import paddle
 import pytest
 
 from specworker.model_executor.ops import paged_attention
+from tests.paged_attention_case_tests import (  # noqa: F401  written once, also run on the CUDA kernel
+    check_against_reference, test_paged_attention_is_batch_invariant, test_paged_attention_literal_three_slots,
+    test_paged_attention_matches_reference,
+)
 from tests.paged_attention_cases import (
     LITERAL_OUT,
     AttentionCase,
     case_id,
     grid_cases,
-    invariance_runs,
     literal_case,
     literal_caches_after,
     make_attention_case,
@@ -29,6 +32,14 @@ from tests.reference.paged_attention import ref_paged_attention
 TOL = {"float32": dict(rtol=1e-6, atol=1e-6), "float16": dict(rtol=1e-3, atol=1e-3),
        "bfloat16": dict(rtol=8e-3, atol=8e-3)}
 FLOATS = ("q", "k", "v", "key_cache", "value_cache")
+INVARIANCE = [
+    # (block_size, head_dim, heads, dec, length): verify steps (k + 1 = 4 queries) across a block
+    # edge, then prefill chunks (fresh and chunked) of many queries.
+    (16, 64, (4, 2), 37, 4),
+    (64, 128, (8, 1), 61, 4),
+    (16, 32, (8, 1), 0, 40),
+    (64, 64, (4, 2), 21, 45),
+]
 
 
 def _tensors(case: AttentionCase, dtype: str = "float32") -> dict:
@@ -53,26 +64,31 @@ def run_op(case: AttentionCase, dtype: str = "float32", **kw):
 
 
 def _check_against_reference(case: AttentionCase, dtype: str):
-    out, key_cache, value_cache = run_op(case, dtype)
-    want, want_k, want_v = ref_paged_attention(*case.args(), case.block_size, case.scale)
-    np.testing.assert_allclose(out, want, **TOL[dtype])
-    # Written positions hold this step's k/v, every other entry keeps its garbage bits (NaN included).
-    np.testing.assert_array_equal(key_cache, want_k)
-    np.testing.assert_array_equal(value_cache, want_v)
+    check_against_reference(run_op(case, dtype), case, TOL[dtype])
 
 
-# --- literal three-slot step ------------------------------------------------------------------------
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/paged_attention_case_tests.py): the Paddle op."""
+    return run_op
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_paged_attention_literal_three_slots(dtype):
-    """Decode with two queries (causal within the step), a stopped slot, a two-token prefill with GQA
-    heads that disagree, a padding row (tests/paged_attention_cases.py works it out by hand)."""
-    case = literal_case()
-    out, key_cache, value_cache = run_op(case, dtype)
-    np.testing.assert_array_equal(out, LITERAL_OUT)
-    want_k, want_v = literal_caches_after(case)
-    np.testing.assert_array_equal(key_cache, want_k)
-    np.testing.assert_array_equal(value_cache, want_v)
+
+@pytest.fixture
+def tol():
+    return TOL
+
+
+@pytest.fixture(params=grid_cases(), ids=case_id)
+def reference_grid(request):
+    """(grid case, dtype): every grid case in float32 (half precision: a subset, below)."""
+    return request.param, "float32"
+
+
+@pytest.fixture(params=[(*c, dtype) for c in INVARIANCE for dtype in ("float32", "bfloat16")],
+                ids=lambda p: "-".join(map(str, p)))
+def invariance_grid(request):
+    """(block_size, head_dim, heads, dec, length, dtype): INVARIANCE in float32 and bfloat16."""
+    return request.param
 
 
 def test_paged_attention_updates_caches_in_place_and_returns_out_only():
@@ -131,14 +147,6 @@ def test_paged_attention_empty_step():
 
 # --- randomized grid ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("c", grid_cases(), ids=case_id)
-def test_paged_attention_matches_reference(c):
-    seed, bsz, kind, block_size, head_dim, heads, garbage = c
-    case = make_attention_case(seed, bsz, kind, block_size=block_size, head_dim=head_dim, heads=heads,
-                               garbage=garbage)
-    _check_against_reference(case, "float32")
-
-
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("c", grid_cases()[12:18] + grid_cases()[-4:], ids=case_id)
 def test_paged_attention_half_precision_matches_reference(c, dtype):
@@ -148,30 +156,6 @@ def test_paged_attention_half_precision_matches_reference(c, dtype):
     _check_against_reference(case, dtype)
 
 
-# --- batch invariance ---------------------------------------------------------------------------------
-
-INVARIANCE = [
-    # (block_size, head_dim, heads, dec, length): verify steps (k + 1 = 4 queries) across a block
-    # edge, then prefill chunks (fresh and chunked) of many queries.
-    (16, 64, (4, 2), 37, 4),
-    (64, 128, (8, 1), 61, 4),
-    (16, 32, (8, 1), 0, 40),
-    (64, 64, (4, 2), 21, 45),
-]
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("block_size, head_dim, heads, dec, length", INVARIANCE)
-def test_paged_attention_is_batch_invariant(block_size, head_dim, heads, dec, length, dtype):
-    """A query's output bits depend on its slot's keys only: alone, one query per step (1-token
-    decode on the op's own cache), among its slot's verify queries, at any slot index of a batch of
-    17 random neighbours, with T_cap padding, split into two chunks: all bit-identical."""
-    runs = invariance_runs(lambda case: run_op(case, dtype), seed=block_size + head_dim + dec, block_size=block_size,
-                           head_dim=head_dim, heads=heads, dtype=dtype, dec=dec, length=length)
-    base = runs.pop("alone")
-    assert base.shape == (length, heads[0], head_dim) and np.isfinite(base).all()
-    for name, rows in runs.items():
-        assert np.array_equal(rows, base), f"{name}: max |diff| {np.abs(rows - base).max()}"
 
 
 # --- argument and index errors -------------------------------------------------------------------------
