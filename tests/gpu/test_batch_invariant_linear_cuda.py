@@ -9,14 +9,15 @@ import numpy as np
 import pytest
 
 from tests.gpu.harness import launcher, ptr, raw_launcher, require_gpu, stream
-from tests.reference.batch_invariant_linear import (
-    ref_batch_invariant_linear,
-    ref_batch_invariant_linear_fp32_order,
+from tests.linear_cases import (  # noqa: F401  written once, also run on the Paddle op
+    assert_same_bits, linear_inputs, test_batch_invariant_linear_follows_documented_fp32_order,
+    test_batch_invariant_linear_k_zero_gives_bias_or_zeros, test_batch_invariant_linear_matches_reference,
+    test_batch_invariant_linear_row_bits_independent_of_batch,
 )
+from tests.reference.batch_invariant_linear import ref_batch_invariant_linear_fp32_order
 
 cp = require_gpu()
 
-RTOL = ATOL = 1e-5
 CUDA_ERROR_INVALID_VALUE = 1
 POISON = np.float32(-12345.5)
 launch = launcher("specworker_batch_invariant_linear_launch")
@@ -27,14 +28,7 @@ SHAPES_KN = [(1, 1), (7, 259), (129, 1), (129, 7), (128, 259), (128, 384), (384,
 BATCH_SIZES = [0, 1, 3, 4, 17, 31, 32, 33, 64, 257, 1000, 5000]  # 32 = one row tile
 
 
-def _inputs(rng, M, K, N, with_bias):
-    x = rng.standard_normal((M, K)).astype(np.float32)
-    w = (rng.standard_normal((K, N)) / np.sqrt(max(K, 1))).astype(np.float32)
-    b = rng.standard_normal(N).astype(np.float32) if with_bias else None
-    return x, w, b
-
-
-def run(x, w, b=None) -> np.ndarray:
+def run_kernel(x, w, b=None) -> np.ndarray:
     M, K = x.shape
     N = w.shape[1]
     d_x, d_w = cp.asarray(x), cp.asarray(w)
@@ -44,81 +38,69 @@ def run(x, w, b=None) -> np.ndarray:
     return cp.asnumpy(d_out)
 
 
-def _bits(a):
-    return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/linear_cases.py): the kernel on a POISON-filled output
+    (it takes the weight as [K, N] only)."""
+    def run_plain(x, w, b=None, layout="plain"):
+        assert layout == "plain"
+        return run_kernel(x, w, b)
+    return run_plain
 
 
-def assert_same_bits(got, want, what):
-    same = _bits(got) == _bits(want)
-    if not same.all():
-        r, n = np.argwhere(~same)[0]
-        raise AssertionError(f"{what}: {int((~same).sum())} of {same.size} outputs differ in their bits, "
-                             f"first at [{r}, {n}]: {got[r, n]!r} vs {want[r, n]!r}")
+@pytest.fixture(params=[(M, K, N, bias) for M in BATCH_SIZES for K, N in SHAPES_KN for bias in (False, True)],
+                ids=lambda p: "-".join(map(str, p)))
+def reference_grid(request):
+    return request.param
 
 
-@pytest.mark.parametrize("with_bias", [False, True], ids=["no_bias", "bias"])
-@pytest.mark.parametrize("K,N", SHAPES_KN)
-@pytest.mark.parametrize("M", BATCH_SIZES)
-def test_batch_invariant_linear_cuda_matches_reference(M, K, N, with_bias):
-    x, w, b = _inputs(np.random.default_rng([M, K, N, with_bias]), M, K, N, with_bias)
-    got = run(x, w, b)
-    np.testing.assert_allclose(got, ref_batch_invariant_linear(x, w, b), rtol=RTOL, atol=ATOL)
+@pytest.fixture(params=[(9, M, K, N, bias) for M in (1, 3, 33, 257, 1000) for K, N in SHAPES_KN
+                        for bias in (False, True)], ids=lambda p: "-".join(map(str, p[1:])))
+def order_grid(request):
+    return request.param
 
 
-@pytest.mark.parametrize("with_bias", [False, True], ids=["no_bias", "bias"])
-@pytest.mark.parametrize("K,N", SHAPES_KN)
-@pytest.mark.parametrize("M", [1, 3, 33, 257, 1000])
-def test_batch_invariant_linear_cuda_follows_documented_fp32_order(M, K, N, with_bias):
-    """Bit-exact against the contract, which is also what the CPU op computes: a fused multiply-add
-    (nvcc contracts a * b + c by default) or any split of the k loop breaks this."""
-    x, w, b = _inputs(np.random.default_rng([9, M, K, N]), M, K, N, with_bias)
-    assert_same_bits(run(x, w, b), ref_batch_invariant_linear_fp32_order(x, w, b), "kernel vs documented order")
+@pytest.fixture(params=[(K, N, bias, "plain")
+                        for K, N in [(128, 384), (128, 259), (384, 128), (7, 259), (129, 7), (1000, 1000)]
+                        for bias in (False, True)], ids=lambda p: "-".join(map(str, p[:3])))
+def row_bits_grid(request):
+    return request.param
 
 
-@pytest.mark.parametrize("with_bias", [False, True], ids=["no_bias", "bias"])
-@pytest.mark.parametrize("K,N", [(128, 384), (128, 259), (384, 128), (7, 259), (129, 7), (1000, 1000)])
-def test_batch_invariant_linear_cuda_row_bits_independent_of_batch(K, N, with_bias):
-    rng = np.random.default_rng([K, N, with_bias])
-    queries, w, b = _inputs(rng, 2, K, N, with_bias)
-    alone = np.concatenate([run(queries[i:i + 1], w, b) for i in range(2)])
-    for others in (3, 4, 17, 64, 257, 5000):
-        filler = rng.standard_normal((others, K)).astype(np.float32)
-        # 30 / 31: the queries straddle the first row-tile edge (rows 31 and 32)
-        positions = {0, others, min(30, others), min(31, others), int(rng.integers(0, others + 1))}
-        for pos in sorted(positions):
-            out = run(np.concatenate([filler[:pos], queries, filler[pos:]]), w, b)
-            assert_same_bits(out[pos:pos + 2], alone, f"queries at rows {pos}, {pos + 1} of {others + 2}")
+@pytest.fixture
+def batch_edges():
+    """Among 3 .. 5000 other rows; 30 / 31: the queries straddle the first row-tile edge (rows 31 and 32)."""
+    return (3, 4, 17, 64, 257, 5000), (30, 31)
 
 
 def test_batch_invariant_linear_cuda_beyond_65535_row_tiles():
     """grid.y is capped at 65535 row tiles of 32 rows; more rows go through the grid-stride loop."""
     M, K, N = 65535 * 32 + 45, 3, 5
     rng = np.random.default_rng(1)
-    x, w, b = _inputs(rng, M, K, N, True)
-    out = run(x, w, b)
+    x, w, b = linear_inputs(rng, M, K, N, True)
+    out = run_kernel(x, w, b)
     assert_same_bits(out, ref_batch_invariant_linear_fp32_order(x, w, b), "2.1M rows vs documented order")
     for r in (0, 65535 * 32 - 1, 65535 * 32, M - 1):
-        assert_same_bits(out[r:r + 1], run(x[r:r + 1], w, b), f"row {r} alone vs among {M}")
+        assert_same_bits(out[r:r + 1], run_kernel(x[r:r + 1], w, b), f"row {r} alone vs among {M}")
 
 
 def test_batch_invariant_linear_cuda_nan_rows_do_not_leak():
     rng = np.random.default_rng(3)
-    q, w, b = _inputs(rng, 1, 128, 259, True)
-    alone = run(q, w, b)
+    q, w, b = linear_inputs(rng, 1, 128, 259, True)
+    alone = run_kernel(q, w, b)
     filler = rng.standard_normal((40, 128)).astype(np.float32)
     filler[1, 5], filler[3, 0], filler[33, 127] = np.nan, np.inf, -np.inf
     for pos in (0, 2, 31, 32, 40):
-        out = run(np.concatenate([filler[:pos], q, filler[pos:]]), w, b)
+        out = run_kernel(np.concatenate([filler[:pos], q, filler[pos:]]), w, b)
         assert_same_bits(out[pos:pos + 1], alone, f"query at row {pos} beside NaN / Inf rows")
 
 
-def test_batch_invariant_linear_cuda_k_zero_gives_bias_or_zeros():
+def test_batch_invariant_linear_cuda_k_zero_with_null_inputs_gives_bias():
+    """K = 0 with NULL x and weight pointers: the bias (or zeros, test_batch_invariant_linear_k_zero_gives_bias_or_zeros)."""
     b = np.array([1, -2, 3, 0.5], dtype=np.float32)
-    x, w = np.zeros((3, 0), np.float32), np.zeros((0, 4), np.float32)
     d_out = cp.full((3, 4), POISON, dtype=cp.float32)
     launch(None, None, ptr(cp.asarray(b)), ptr(d_out), 3, 0, 4, stream())
     np.testing.assert_array_equal(cp.asnumpy(d_out), np.tile(b, (3, 1)))
-    np.testing.assert_array_equal(run(x, w), np.zeros((3, 4)))
 
 
 def test_batch_invariant_linear_cuda_empty_launches_nothing():

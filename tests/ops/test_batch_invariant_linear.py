@@ -17,13 +17,16 @@ import paddle
 import pytest
 
 from specworker.model_executor.ops import batch_invariant_linear, pack_linear_weight
+from tests.linear_cases import (  # noqa: F401  written once, also run on the CUDA kernel
+    _bits, assert_same_bits, linear_inputs, test_batch_invariant_linear_follows_documented_fp32_order,
+    test_batch_invariant_linear_k_zero_gives_bias_or_zeros, test_batch_invariant_linear_matches_reference,
+    test_batch_invariant_linear_row_bits_independent_of_batch,
+)
 from tests.reference.batch_invariant_linear import (
-    ref_batch_invariant_linear,
     ref_batch_invariant_linear_fp32_order,
     ref_bf16_round,
 )
 
-RTOL = ATOL = 1e-5
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # (K, N): K = 1 and 7 are shorter than any SIMD tile; 129 and 384 are not multiples of 16 / 64 / 24
@@ -32,14 +35,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # 384 x 128 and 128 x 384 are the tiny model's MLP projections.
 SHAPES_KN = [(1, 1), (7, 259), (129, 1), (129, 7), (16, 100), (128, 259), (128, 384), (384, 128)]
 BATCH_SIZES = [0, 1, 3, 4, 17, 64, 257]  # 4 = one full row tile, 3 / 17 / 257 leave 3 / 1 / 1 rows
-
-
-def _inputs(rng, M: int, K: int, N: int, with_bias: bool):
-    """Activations ~ N(0, 1) and weights ~ N(0, 1 / K), as in a trained model: outputs are O(1)."""
-    x = rng.standard_normal((M, K)).astype(np.float32)
-    w = (rng.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)
-    b = rng.standard_normal(N).astype(np.float32) if with_bias else None
-    return x, w, b
 
 
 def _op(x, w, b=None) -> np.ndarray:
@@ -54,18 +49,43 @@ def _op_weight(x, weight: paddle.Tensor, b=None) -> np.ndarray:
     return batch_invariant_linear(paddle.to_tensor(x), weight, None if b is None else paddle.to_tensor(b)).numpy()
 
 
-def _bits(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+def _op_layout(x, w, b=None, layout="plain") -> np.ndarray:
+    """The op with the weight held as `layout`: [K, N] or pack_linear_weight's panels (N % 32 != 0 keeps [K, N])."""
+    if layout == "plain":
+        return _op(x, w, b)
+    return _op_weight(x, pack_linear_weight(paddle.to_tensor(w), "bfloat16" if layout == "panels_bf16" else "float32"), b)
 
 
-def assert_same_bits(got: np.ndarray, want: np.ndarray, what: str):
-    same = _bits(got) == _bits(want)
-    if not same.all():
-        idx = np.argwhere(~same)
-        r, n = idx[0]
-        raise AssertionError(f"{what}: {len(idx)} of {same.size} outputs differ in their bits, first at "
-                             f"[{r}, {n}]: {got[r, n]!r} vs {want[r, n]!r} "
-                             f"(max abs diff {np.nanmax(np.abs(got.astype(np.float64) - want)):.3g})")
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/linear_cases.py): the Paddle op."""
+    return _op_layout
+
+
+@pytest.fixture(params=[(M, K, N, bias) for M in BATCH_SIZES for K, N in SHAPES_KN for bias in (False, True)],
+                ids=lambda p: "-".join(map(str, p)))
+def reference_grid(request):
+    return request.param
+
+
+@pytest.fixture(params=[(7, M, K, N, bias) for M in (1, 3, 64, 257) for K, N in SHAPES_KN for bias in (False, True)],
+                ids=lambda p: "-".join(map(str, p[1:])))
+def order_grid(request):
+    return request.param
+
+
+@pytest.fixture(params=[(K, N, bias, layout) for K, N in [(128, 384), (128, 259), (384, 128), (7, 259), (129, 7), (1, 1)]
+                        for bias in (False, True) for layout in ("plain", "panels", "panels_bf16")],
+                ids=lambda p: "-".join(map(str, p)))
+def row_bits_grid(request):
+    return request.param
+
+
+@pytest.fixture
+def batch_edges():
+    """Among 3, 4, 17, 64 and 257 other rows; 4 / 5 and 16 / 17: the queries straddle a row-tile and a
+    row-block edge."""
+    return (3, 4, 17, 64, 257), (4, 5, 15)
 
 
 # --- literal cases ------------------------------------------------------------------------------
@@ -92,69 +112,18 @@ def test_batch_invariant_linear_literal_rounding_follows_k_order():
     np.testing.assert_array_equal(_op(x, w, np.array([0.5], dtype=np.float32)), [[0.5], [0.5], [2.5]])
 
 
-def test_batch_invariant_linear_k_zero_gives_bias_or_zeros():
-    x = np.zeros((3, 0), dtype=np.float32)
-    w = np.zeros((0, 4), dtype=np.float32)
-    b = np.array([1, -2, 3, 0.5], dtype=np.float32)
-    np.testing.assert_array_equal(_op(x, w), np.zeros((3, 4)))
-    np.testing.assert_array_equal(_op(x, w, b), np.tile(b, (3, 1)))
-
-
 def test_batch_invariant_linear_empty_batch():
     out = batch_invariant_linear(paddle.zeros([0, 128]), paddle.ones([128, 259]), paddle.ones([259]))
     assert list(out.shape) == [0, 259] and out.dtype == paddle.float32
     assert list(batch_invariant_linear(paddle.zeros([5, 3]), paddle.ones([3, 0])).shape) == [5, 0]
 
 
-# --- randomized comparison with the references ---------------------------------------------------
-
-@pytest.mark.parametrize("with_bias", [False, True], ids=["no_bias", "bias"])
-@pytest.mark.parametrize("K,N", SHAPES_KN)
-@pytest.mark.parametrize("M", BATCH_SIZES)
-def test_batch_invariant_linear_matches_reference(M, K, N, with_bias):
-    x, w, b = _inputs(np.random.default_rng([M, K, N, with_bias]), M, K, N, with_bias)
-    got = _op(x, w, b)
-    np.testing.assert_allclose(got, ref_batch_invariant_linear(x, w, b), rtol=RTOL, atol=ATOL)
-
-
-@pytest.mark.parametrize("with_bias", [False, True], ids=["no_bias", "bias"])
-@pytest.mark.parametrize("K,N", SHAPES_KN)
-@pytest.mark.parametrize("M", [1, 3, 64, 257])
-def test_batch_invariant_linear_follows_documented_fp32_order(M, K, N, with_bias):
-    """Bit-exact against the contract (left-to-right float32 sum of rounded products, then + bias).
-    A fused multiply-add, a second accumulator or a pairwise tree breaks this test."""
-    x, w, b = _inputs(np.random.default_rng([7, M, K, N]), M, K, N, with_bias)
-    assert_same_bits(_op(x, w, b), ref_batch_invariant_linear_fp32_order(x, w, b), "op vs documented order")
-
-
 # --- batch invariance (exact bits) ---------------------------------------------------------------
-
-@pytest.mark.parametrize("layout", ["plain", "panels", "panels_bf16"])
-@pytest.mark.parametrize("with_bias", [False, True], ids=["no_bias", "bias"])
-@pytest.mark.parametrize("K,N", [(128, 384), (128, 259), (384, 128), (7, 259), (129, 7), (1, 1)])
-def test_batch_invariant_linear_row_bits_independent_of_batch(K, N, with_bias, layout):
-    """The same query rows computed alone, among 3, 4, 17, 64 and 257 random rows, at the front,
-    the back, a tile edge and a random place, must give identical bits (np.array_equal of uint32);
-    for every weight layout pack_linear_weight makes (N % 32 != 0 keeps [K, N])."""
-    rng = np.random.default_rng([K, N, with_bias])
-    queries, w, b = _inputs(rng, 2, K, N, with_bias)
-    weight = pack_linear_weight(paddle.to_tensor(w), "bfloat16" if layout == "panels_bf16" else "float32")
-    if layout == "plain":
-        weight = paddle.to_tensor(w)
-    alone = np.concatenate([_op_weight(queries[i:i + 1], weight, b) for i in range(2)])
-    for others in (3, 4, 17, 64, 257):
-        filler = rng.standard_normal((others, K)).astype(np.float32)
-        # 4 / 5 and 16 / 17: the queries straddle a row-tile and a row-block edge
-        for pos in sorted({0, others, min(4, others), min(5, others), min(15, others), int(rng.integers(0, others + 1))}):
-            batch = np.concatenate([filler[:pos], queries, filler[pos:]])  # queries at rows pos, pos + 1
-            out = _op_weight(batch, weight, b)
-            assert_same_bits(out[pos:pos + 2], alone, f"queries at rows {pos}, {pos + 1} of {others + 2}")
-
 
 def test_batch_invariant_linear_row_bits_unaffected_by_nan_and_inf_rows():
     """A NaN / Inf in another row of the batch must not leak into this row (no shared partial sums)."""
     rng = np.random.default_rng(3)
-    q, w, b = _inputs(rng, 1, 128, 259, True)
+    q, w, b = linear_inputs(rng, 1, 128, 259, True)
     alone = _op(q, w, b)
     filler = rng.standard_normal((7, 128)).astype(np.float32)
     filler[1, 5], filler[3, 0], filler[6, 127] = np.nan, np.inf, -np.inf
@@ -168,9 +137,9 @@ def test_batch_invariant_linear_fused_columns_match_separate_calls():
     """Columns are independent too: one call on [W_q | W_k | W_v] gives the bits of three calls, so
     a model may fuse its projections without changing any output."""
     rng = np.random.default_rng(5)
-    x, wq, bq = _inputs(rng, 9, 128, 128, True)
-    _, wk, bk = _inputs(rng, 0, 128, 64, True)
-    _, wv, bv = _inputs(rng, 0, 128, 67, True)
+    x, wq, bq = linear_inputs(rng, 9, 128, 128, True)
+    _, wk, bk = linear_inputs(rng, 0, 128, 64, True)
+    _, wv, bv = linear_inputs(rng, 0, 128, 67, True)
     fused = _op(x, np.concatenate([wq, wk, wv], axis=1), np.concatenate([bq, bk, bv]))
     separate = np.concatenate([_op(x, wq, bq), _op(x, wk, bk), _op(x, wv, bv)], axis=1)
     assert_same_bits(fused, separate, "fused vs separate projections")
@@ -180,7 +149,7 @@ def test_batch_invariant_linear_accepts_transposed_checkpoint_weight():
     """A checkpoint stores [N, K]; passing its transpose (a strided view) gives the same bits as a
     contiguous [K, N] copy (Paddle materialises the view; transpose once at load to avoid that)."""
     rng = np.random.default_rng(11)
-    x, w, b = _inputs(rng, 5, 128, 259, True)
+    x, w, b = linear_inputs(rng, 5, 128, 259, True)
     w_nk = paddle.to_tensor(np.ascontiguousarray(w.T))
     got = batch_invariant_linear(paddle.to_tensor(x), w_nk.T, paddle.to_tensor(b)).numpy()
     assert_same_bits(got, _op(x, w, b), "transposed view vs contiguous weight")
@@ -265,7 +234,7 @@ def test_pack_linear_weight_rejects_bad_input(weight, dtype, match):
 def test_batch_invariant_linear_panels_follow_documented_order(M, K, N, with_bias, dtype):
     """Panels give the bits of the documented order on the weights they hold (bfloat16: the rounded
     values), at every row count around the tiles, so panels and [K, N] agree bit for bit too."""
-    x, w, b = _inputs(np.random.default_rng([11, M, K, N]), M, K, N, with_bias)
+    x, w, b = linear_inputs(np.random.default_rng([11, M, K, N]), M, K, N, with_bias)
     panels = pack_linear_weight(paddle.to_tensor(w), dtype)
     assert len(panels.shape) == 3, "N % 32 == 0 on CPU must give panels"
     values = w if dtype == "float32" else ref_bf16_round(w)
@@ -377,7 +346,7 @@ def test_batch_invariant_linear_threaded_calls_repeat_their_bits(layout):
     """Many back-to-back calls that the pool splits between threads (576 x 4096: 9 MB of weights) all
     give the documented bits: no unit of work is lost or run twice, whatever the threads' timing."""
     rng = np.random.default_rng(21)
-    _, w, b = _inputs(rng, 0, 576, 4096, True)
+    _, w, b = linear_inputs(rng, 0, 576, 4096, True)
     weight = paddle.to_tensor(w) if layout == "plain" else pack_linear_weight(
         paddle.to_tensor(w), "bfloat16" if layout == "panels_bf16" else "float32")
     values = ref_bf16_round(w) if layout == "panels_bf16" else w
