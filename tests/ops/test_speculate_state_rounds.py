@@ -5,8 +5,8 @@ Dec = prompt + step_idx - 1 while running, stopped slots cleared, not_need_stop 
 import numpy as np
 import pytest
 
-from tests.ops.test_speculate_set_value_by_flags_and_idx import run as run_set_value
-from tests.ops.test_speculate_update import run as run_update
+from tests.ops.test_speculate_set_value_by_flags_and_idx import run_op as run_set_value
+from tests.ops.test_speculate_update import run_op as run_update
 from tests.reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx
 from tests.reference.speculate_update import ref_speculate_update
 from tests.state_cases import run_rounds, start_batch
