@@ -14,9 +14,16 @@ import dataclasses
 import numpy as np
 
 from specworker.config import SpeculativeConfig
+from specworker.model_executor.layers.sampler import GREEDY_TEMPERATURE
 from specworker.slot_request import SlotRequest
 
-__all__ = ["AdaptivePolicy", "FixedPolicy", "PolicyStep", "SchedulePolicy", "SpeculationPolicy", "StepCost",
+# Verify strategies whose emitted tokens do not depend on how many drafts a slot fed: greedy, and target_match
+# (the target's own sample at each position, drafts accepted while equal). Under the others (rejection, topp) a
+# sampled request's tokens depend on k_b, so a policy keeps such a request at its cap (seeded output reproducible
+# and batch invariant).
+DRAFT_COUNT_INVARIANT_STRATEGIES = ("greedy", "target_match")
+
+__all__ = ["DRAFT_COUNT_INVARIANT_STRATEGIES", "AdaptivePolicy", "FixedPolicy", "PolicyStep", "SchedulePolicy", "SpeculationPolicy", "StepCost",
            "build_policy", "expected_tokens"]
 
 
@@ -61,28 +68,36 @@ class SpeculationPolicy:
 
     owns_budget = True
 
-    def __init__(self, num_slots: int, k_max: int):
+    def __init__(self, num_slots: int, k_max: int, *, pin_sampled: bool = False):
+        """pin_sampled: sampled requests keep k_b = cap (their tokens depend on k_b under the verify strategy)."""
         self.k_max = k_max
+        self.pin_sampled = pin_sampled
         self.cap = np.full(num_slots, k_max, dtype=np.int64)  # [N] per-request override, capped at k_max
+        self.pinned = np.zeros(num_slots, dtype=bool)  # [N] the slot's k_b is its cap, whatever the policy says
 
     def on_insert(self, slot: int, request: SlotRequest) -> None:
         k = request.num_speculative_tokens
         self.cap[slot] = self.k_max if k is None else min(k, self.k_max)
+        self.pinned[slot] = self.pin_sampled and request.temperature >= GREEDY_TEMPERATURE
 
     def on_clear(self, slot: int) -> None:
         self.cap[slot] = self.k_max
+        self.pinned[slot] = False
 
     def on_swap(self, i: int, j: int) -> None:
-        self.cap[[i, j]] = self.cap[[j, i]]
+        for a in (self.cap, self.pinned):
+            a[[i, j]] = a[[j, i]]
 
     def on_move(self, src: int, dst: int) -> None:
-        self.cap[dst] = self.cap[src]
-        self.cap[src] = self.k_max
+        for a in (self.cap, self.pinned):
+            a[dst] = a[src]
+        self.cap[src], self.pinned[src] = self.k_max, False
 
     def choose(self, step: PolicyStep) -> np.ndarray:
-        """[N] int64 k_b for next step: the policy's choice, capped per request (slots not live: their cap)."""
+        """[N] int64 k_b for next step: the policy's choice, capped per request (pinned slots and slots not live:
+        their cap)."""
         chosen = np.minimum(self._choose(step), self.cap)
-        return np.where(step.live, chosen, self.cap)
+        return np.where(step.live & ~self.pinned, chosen, self.cap)
 
     def _choose(self, step: PolicyStep) -> np.ndarray | int:
         raise NotImplementedError
@@ -101,7 +116,8 @@ class SchedulePolicy(SpeculationPolicy):
     """k from the configured batch-size ranges, B = live slots next step."""
 
     def __init__(self, num_slots: int, spec: SpeculativeConfig):
-        super().__init__(num_slots, spec.max_policy_draft_len)
+        super().__init__(num_slots, spec.max_policy_draft_len,
+                         pin_sampled=spec.verify_strategy not in DRAFT_COUNT_INVARIANT_STRATEGIES)
         self.spec = spec
 
     def _choose(self, step: PolicyStep) -> int:
@@ -120,10 +136,10 @@ class AdaptivePolicy(SpeculationPolicy):
 
     NUM_FEATURES = 4
 
-    def __init__(self, num_slots: int, k_max: int, *, has_substeps: bool, prior_weight: float = 4.0,
-                 decay: float = 0.85, forget: float = 0.995, ridge: float = 1e-6, explore_rounds: int = 3,
-                 explore_every: int = 24):
-        super().__init__(num_slots, k_max)
+    def __init__(self, num_slots: int, k_max: int, *, has_substeps: bool, pin_sampled: bool = False,
+                 prior_weight: float = 4.0, decay: float = 0.85, forget: float = 0.995, ridge: float = 1e-6,
+                 explore_rounds: int = 3, explore_every: int = 24):
+        super().__init__(num_slots, k_max, pin_sampled=pin_sampled)
         self.has_substeps = has_substeps
         self.prior_weight, self.decay, self.forget, self.ridge = prior_weight, decay, forget, ridge
         self.explore_steps, self.explore_every = explore_rounds * (k_max + 1), explore_every
@@ -258,5 +274,6 @@ def build_policy(spec: SpeculativeConfig, num_slots: int) -> SpeculationPolicy:
     if spec.policy == "schedule":
         return SchedulePolicy(num_slots, spec)
     if spec.policy == "adaptive":
-        return AdaptivePolicy(num_slots, k_max, has_substeps=spec.method == "mtp")
+        return AdaptivePolicy(num_slots, k_max, has_substeps=spec.method == "mtp",
+                              pin_sampled=spec.verify_strategy not in DRAFT_COUNT_INVARIANT_STRATEGIES)
     return FixedPolicy(num_slots, k_max)
