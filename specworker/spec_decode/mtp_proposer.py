@@ -158,8 +158,7 @@ class MTPProposer(Proposer):
 
     @staticmethod
     def _no_drafts(t: ProposerInputs) -> None:
-        """Every running slot feeds just its last token next step (NaiveProposer's rule); drafts are -1."""
-        idle = paddle.logical_or(t.stop_flags, t.is_block_step)
-        lens = paddle.where(idle, paddle.zeros_like(t.seq_lens_this_time), paddle.ones_like(t.seq_lens_this_time))
-        paddle.assign(lens, output=t.seq_lens_this_time)
-        t.draft_tokens[:, 1:] = paddle.full_like(t.draft_tokens[:, 1:], -1)
+        """Every running slot feeds just its last token next step (NaiveProposer's rule). Columns 1.. of
+        draft_tokens are not read at L_b = 1 (and the next round's draft_model_preprocess resets them)."""
+        running = paddle.logical_not(paddle.logical_or(t.stop_flags, t.is_block_step))
+        paddle.assign(running.astype("int32"), output=t.seq_lens_this_time)

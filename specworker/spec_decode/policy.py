@@ -23,8 +23,8 @@ from specworker.slot_request import SlotRequest
 # and batch invariant).
 DRAFT_COUNT_INVARIANT_STRATEGIES = ("greedy", "target_match")
 
-__all__ = ["DRAFT_COUNT_INVARIANT_STRATEGIES", "AdaptivePolicy", "FixedPolicy", "PolicyStep", "SchedulePolicy", "SpeculationPolicy", "StepCost",
-           "build_policy", "expected_tokens"]
+__all__ = ["DRAFT_COUNT_INVARIANT_STRATEGIES", "AdaptivePolicy", "FixedPolicy", "PolicyStep", "SchedulePolicy",
+           "SpeculationPolicy", "StepCost", "StepCostTable", "batch_bucket", "build_policy", "expected_tokens"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,6 +35,7 @@ class StepCost:
     num_drafts: int  # sum over slots of L_b - 1: draft tokens the step verified
     num_substeps: int  # draft-model substeps its proposer ran (0 for proposers without a model)
     seconds: float
+    verify_seconds: float = 0.0  # of which pre_process, target forward and sampling / verify (StepOutput.seconds)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,32 +125,65 @@ class SchedulePolicy(SpeculationPolicy):
         return self.spec.schedule_k(int(step.live.sum()))
 
 
+def batch_bucket(num_slots: int) -> int:
+    """Cost-table key of a batch size: B itself up to 4, then quarter octaves (round(4 log2 B)): 1..4 -> 1..4,
+    5 -> 9, 8 -> 12, 16 -> 16, 32 -> 20, 64 -> 24."""
+    return num_slots if num_slots <= 4 else int(round(4 * np.log2(num_slots)))
+
+
+class StepCostTable:
+    """Wall seconds of a decode step per (batch bucket, K): a running mean of the first `warm` observations,
+    then an EMA (weight `alpha`) of samples clipped to [1/2, 2] x the current mean (load spikes)."""
+
+    def __init__(self, *, warm: int = 3, alpha: float = 0.2):
+        self.warm, self.alpha = warm, alpha
+        self.mean: dict[tuple[int, int], float] = {}
+        self.count: dict[tuple[int, int], int] = {}
+
+    def add(self, bucket: int, k: int, seconds: float) -> None:
+        key = (bucket, k)
+        n, mean = self.count.get(key, 0), self.mean.get(key, seconds)
+        if n < self.warm:
+            mean += (seconds - mean) / (n + 1)
+        else:
+            mean += self.alpha * (float(np.clip(seconds, mean / 2, 2 * mean)) - mean)
+        self.mean[key], self.count[key] = mean, n + 1
+
+    def row(self, bucket: int, k_max: int, need: int) -> np.ndarray | None:
+        """[k_max + 1] seconds for K = 0..k_max at `bucket`, from the nearest bucket within an octave whose every K
+        has >= need observations (None: none has). Choices compare K at one bucket, so a near bucket's row serves."""
+        for b in sorted({bucket + d for d in range(-4, 5)}, key=lambda b: (abs(b - bucket), b)):
+            if all(self.count.get((b, k), 0) >= need for k in range(k_max + 1)):
+                return np.array([self.mean[(b, k)] for k in range(k_max + 1)])
+        return None
+
+
 class AdaptivePolicy(SpeculationPolicy):
     """argmax over K of expected emitted tokens per second, then per-slot trimming (docs/adaptive.md).
 
     Acceptance: per slot and position, a_bj = (s_bj + m * p_j) / (n_bj + m): s, n the slot's decayed successes and
     reaches (decay `decay` per step), p_j the worker's Laplace-smoothed totals, m = `prior_weight`.
-    Cost: T(B, D, S) = c0 + c1 B + c2 D + c3 S (D drafts fed, S substeps) by ridge least squares over pure decode
-    steps with forgetting `forget`. Exploration: the first `explore_steps` decode steps cycle K = 0..k_max; after
-    that every `explore_every`-th step tries a neighbour of the best K.
+    Cost: T(B, K), the measured wall seconds of a decode step whose batch drafted with K (StepCostTable), kept
+    only for steps whose K equals the previous step's (the cycle then holds K's substeps and K's verify tokens).
+    Exploration: a batch bucket without `need` observations of every K holds each missing K for `hold` steps;
+    afterwards every `explore_every` decode steps a neighbour of the best K is held for `hold` steps.
     """
 
-    NUM_FEATURES = 4
-
     def __init__(self, num_slots: int, k_max: int, *, has_substeps: bool, pin_sampled: bool = False,
-                 prior_weight: float = 4.0, decay: float = 0.85, forget: float = 0.995, ridge: float = 1e-6,
-                 explore_rounds: int = 3, explore_every: int = 24):
+                 prior_weight: float = 4.0, decay: float = 0.85, need: int = 2, hold: int = 3,
+                 explore_every: int = 64):
         super().__init__(num_slots, k_max, pin_sampled=pin_sampled)
         self.has_substeps = has_substeps
-        self.prior_weight, self.decay, self.forget, self.ridge = prior_weight, decay, forget, ridge
-        self.explore_steps, self.explore_every = explore_rounds * (k_max + 1), explore_every
+        self.prior_weight, self.decay = prior_weight, decay
+        self.need, self.hold, self.explore_every = need, hold, explore_every
         self.successes = np.zeros((num_slots, k_max))  # [N, K] decayed accepted drafts at position j
         self.reaches = np.zeros((num_slots, k_max))  # [N, K] decayed times position j was reached
         self.total_successes = np.zeros(k_max)  # [K] worker totals (the prior)
         self.total_reaches = np.zeros(k_max)
-        self.xtx = np.zeros((self.NUM_FEATURES, self.NUM_FEATURES))  # decayed sums of x x^T and x y
-        self.xty = np.zeros(self.NUM_FEATURES)
-        self.num_costs = 0  # cost observations
+        self.costs = StepCostTable()
+        self.verify_costs = StepCostTable()  # the verify part alone: what one more draft token costs
+        self.recent_k: list[int] = []  # the batch K of the last two choices, newest last
+        self.held: tuple[int, int] | None = None  # (K, steps left) of an exploration hold
         self.num_choices = 0  # decode steps chosen for
         self.last_k = 0  # the batch K of the last choice (metrics, tests)
 
@@ -179,7 +213,7 @@ class AdaptivePolicy(SpeculationPolicy):
 
     # ---- estimates ----
     def observe(self, step: PolicyStep) -> None:
-        """Acceptance counts from this step's verify results; the previous step's cost into the fit."""
+        """Acceptance counts from this step's verify results; the previous step's seconds into the cost table."""
         k = self.k_max
         drafted = np.minimum(step.drafted, k)[:, None]  # [N, 1]
         accepted = np.maximum(step.emitted - 1, 0)[:, None]  # [N, 1]
@@ -190,12 +224,11 @@ class AdaptivePolicy(SpeculationPolicy):
         self.total_successes += hit.sum(axis=0)
         self.reaches = self.decay * self.reaches + reached
         self.successes = self.decay * self.successes + hit
-        if step.cost is not None:
-            c = step.cost
-            x = np.array([1.0, c.num_slots, c.num_drafts, c.num_substeps if self.has_substeps else 0.0])
-            self.xtx = self.forget * self.xtx + np.outer(x, x)
-            self.xty = self.forget * self.xty + x * c.seconds
-            self.num_costs += 1
+        steady = len(self.recent_k) == 2 and self.recent_k[0] == self.recent_k[1]
+        if step.cost is not None and steady and step.cost.num_slots > 0:
+            bucket = batch_bucket(step.cost.num_slots)
+            self.costs.add(bucket, self.recent_k[1], step.cost.seconds)
+            self.verify_costs.add(bucket, self.recent_k[1], step.cost.verify_seconds)
 
     def acceptance(self) -> np.ndarray:
         """[N, K] conditional acceptance per slot and position (prior-weighted EMA)."""
@@ -203,69 +236,67 @@ class AdaptivePolicy(SpeculationPolicy):
         m = self.prior_weight
         return (self.successes + m * prior) / (self.reaches + m)
 
-    def cost_coefficients(self) -> np.ndarray:
-        """[c0, c1, c2, c3] of T = c0 + c1 B + c2 D + c3 S (ridge least squares; zeros before any cost)."""
-        reg = self.ridge * max(np.trace(self.xtx), 1.0) * np.eye(self.NUM_FEATURES)
-        reg[0, 0] = 0.0
-        if not self.has_substeps:
-            reg[3, 3] = 1.0  # S is always 0: pin c3 to 0
-        if self.num_costs == 0:
-            return np.zeros(self.NUM_FEATURES)
-        return np.linalg.lstsq(self.xtx + reg, self.xty, rcond=None)[0]
-
     # ---- the choice ----
     def choose(self, step: PolicyStep) -> np.ndarray:
         self.observe(step)
-        return super().choose(step)
+        out = super().choose(step)
+        live = step.live & ~self.pinned
+        self.recent_k = (self.recent_k + [int(out[live].max(initial=0))])[-2:]
+        return out
 
-    def _choose(self, step: PolicyStep) -> np.ndarray:
-        live = step.live
+    def _choose(self, step: PolicyStep) -> np.ndarray | int:
+        live = step.live & ~self.pinned
         if not live.any():
-            return np.zeros_like(self.cap)
+            return self.cap
         self.num_choices += 1
-        explore = self._exploration_k()
-        if explore is not None and self.num_choices <= self.explore_steps:
-            self.last_k = explore
-            return np.full_like(self.cap, explore)
-        best, k_b = self.best_k(live)
-        if explore is not None:  # a neighbour of the best K, to keep the cost fit honest where it matters
-            best = int(np.clip(best + (1 if (self.num_choices // self.explore_every) % 2 else -1), 0, self.k_max))
-            k_b = np.minimum(best, self.cap)
+        bucket = batch_bucket(int(step.live.sum()))
+        seconds = self.costs.row(bucket, self.k_max, self.need)
+        verify = self.verify_costs.row(bucket, self.k_max, self.need)
+        if self.held is None:
+            self.held = self._exploration(bucket, seconds)
+        if self.held is not None:
+            k, left = self.held
+            self.held = (k, left - 1) if left > 1 else None
+            self.last_k = k
+            return np.full_like(self.cap, k)
+        best, k_b = self.best_k(live, seconds, verify)
         self.last_k = best
         return k_b
 
-    def _exploration_k(self) -> int | None:
-        n = self.num_choices
-        if n <= self.explore_steps:
-            return (n - 1) % (self.k_max + 1)
-        return 0 if n % self.explore_every == 0 else None
+    def _exploration(self, bucket: int, seconds: np.ndarray | None) -> tuple[int, int] | None:
+        """(K, hold) to explore now, or None."""
+        if seconds is None:  # the K with the fewest observations at this bucket, smallest first
+            counts = [self.costs.count.get((bucket, k), 0) for k in range(self.k_max + 1)]
+            return int(np.argmin(counts)), self.hold
+        if self.num_choices % self.explore_every == 0:
+            best = self.last_k
+            side = 1 if (self.num_choices // self.explore_every) % 2 else -1
+            k = best + side if 0 <= best + side <= self.k_max else best - side
+            return int(np.clip(k, 0, self.k_max)), self.hold
+        return None
 
-    def best_k(self, live: np.ndarray) -> tuple[int, np.ndarray]:
-        """(K, [N] k_b): the batch K maximising sum_b E_b(min(K, cap_b)) / T, then per slot the positions whose
-        expected tokens beat their token cost at that rate: keep j iff P(draft j accepted) >= rate * c2."""
-        coef = self.cost_coefficients()
-        gain = expected_tokens(self.acceptance())  # [N, K + 1]
+    def best_k(self, live: np.ndarray, seconds: np.ndarray, verify: np.ndarray | None = None) -> tuple[int, np.ndarray]:
+        """(K, [N] k_b): the batch K maximising sum_b E_b(min(K, cap_b)) / T(B, K), then per slot the positions
+        worth their verify cost at that rate: keep draft j iff P(draft j accepted) >= rate * c, c = (V(B, K) -
+        V(B, 0)) / (drafts at K), V the verify part of the step (a substep is shared by the batch: dropping one
+        slot's draft saves only its verify token). verify None: T itself."""
+        accept = self.acceptance()
+        gain = expected_tokens(accept)  # [N, K + 1]
         rows = np.flatnonzero(live)
-        num_slots = len(rows)
-        best, best_rate = 0, -np.inf
+        rates = []
         for k in range(self.k_max + 1):
             k_b = np.minimum(k, self.cap[rows])
-            tokens = gain[rows, k_b].sum()
-            seconds = self._seconds(coef, num_slots, k_b)
-            rate = tokens / seconds
-            if rate > best_rate * (1 + 1e-9):  # ties go to the smaller K
-                best, best_rate = k, rate
+            rates.append(gain[rows, k_b].sum() / max(seconds[k], 1e-9))
+        best = int(np.argmax(rates))  # ties go to the smaller K
         k_b = np.minimum(best, self.cap)
-        token_cost = max(coef[2], 1e-9)  # seconds per drafted token
-        reach = np.cumprod(self.acceptance(), axis=1)  # [N, K]
-        worth = (reach >= best_rate * token_cost).astype(np.int64)  # non-increasing along j
-        k_b = np.minimum(k_b, np.cumprod(worth, axis=1).sum(axis=1))
-        return best, k_b
-
-    def _seconds(self, coef: np.ndarray, num_slots: int, k_b: np.ndarray) -> float:
-        substeps = int(k_b.max(initial=0)) if self.has_substeps else 0
-        seconds = coef @ np.array([1.0, num_slots, k_b.sum(), substeps])
-        return max(seconds, 1e-9)
+        drafts = int(k_b[rows].sum())
+        if best == 0 or drafts == 0:
+            return best, k_b
+        verify = seconds if verify is None else verify
+        draft_cost = max(verify[best] - verify[0], 0.0) / drafts
+        reach = np.cumprod(accept, axis=1)  # [N, K]
+        worth = (reach >= rates[best] * draft_cost).astype(np.int64)  # non-increasing along j
+        return best, np.minimum(k_b, np.cumprod(worth, axis=1).sum(axis=1))
 
 
 def build_policy(spec: SpeculativeConfig, num_slots: int) -> SpeculationPolicy:

@@ -143,6 +143,12 @@ class ModelRunner:
         """The slot's prefill waits this step (no token budget left): it feeds nothing."""
         self.input_batch.write_row(slot, {"seq_lens_this_time": 0, "seq_lens_encoder": 0, "is_block_step": True})
 
+    def decode_token_bound(self, slots: list[int]) -> int:
+        """Tokens the decode `slots` feed next step at most: 1 + k_b each (k_b from the policy_draft_len host
+        mirror, which follows row moves); a host read of a mirror, no device value."""
+        k_b = self.share_inputs["policy_draft_len_cpu"].numpy()[slots]
+        return int(np.minimum(k_b + 1, self.config.speculative_config.max_draft_token_num).sum())
+
     # ---- the step ----
     def step(self, token_num: int, *, all_greedy: bool = False, num_logprobs: int | None = None) -> StepOutput:
         """One engine step. token_num: host bound on the packed tokens (chunk lengths + D per decode slot);
@@ -175,8 +181,9 @@ class ModelRunner:
         pure_decode = not self._prefill_slots
         self._prefill_slots.clear()
         fed = host.seq_lens_this_time
+        verify = sum(timer.seconds[p] for p in ("pre_process", "target_forward", "sampling_verify"))
         shape = StepCost(num_slots=int((fed > 0).sum()), num_drafts=int(np.maximum(fed - 1, 0).sum()),
-                         num_substeps=out.num_substeps, seconds=0.0) if pure_decode else None
+                         num_substeps=out.num_substeps, seconds=0.0, verify_seconds=verify) if pure_decode else None
         self._last_step = (start, shape)
         return dataclasses.replace(host, seconds=timer.seconds, draft_lens=np.where(live, draft_lens, -1))
 

@@ -171,7 +171,11 @@ class Worker:
         running = [r.params for r in self.scheduler.running]
         all_greedy = all(p.temperature < GREEDY_TEMPERATURE for p in running)
         num_logprobs = max((p.logprobs for p in running if p.logprobs is not None), default=None)
-        out = self.runner.step(plan.token_num, all_greedy=all_greedy, num_logprobs=num_logprobs)
+        # The plan reserves D tokens per decode slot; the step feeds at most 1 + k_b (the policy's choice).
+        decode_slots = [self.runner.input_batch.slot_of(r.req_id) for r in plan.decode]
+        token_num = (plan.token_num - self.scheduler.lookahead * len(decode_slots)
+                     + self.runner.decode_token_bound(decode_slots))
+        out = self.runner.step(token_num, all_greedy=all_greedy, num_logprobs=num_logprobs)
         self.num_steps += 1
         for phase, seconds in out.seconds.items():
             self.phase_seconds[phase] += seconds
