@@ -191,7 +191,7 @@ class SpeculativeConfig:
     suffix_max_cached_requests: int = 64  # suffix: finished requests whose outputs the global tree holds (0: off)
     suffix_max_spec_factor: float = 1.0  # suffix: drafts <= this * matched context length
     suffix_min_token_prob: float = 0.1  # suffix: stop drafting once the path's estimated probability drops below
-    # How many drafts each slot gets per step (docs/architecture.md, "Speculation policy"): fixed (k_max every
+    # How many drafts each slot gets per step (docs/spec.md §2.3): fixed (k_max every
     # step, speculate_update's adaptive budget as before), schedule (k per batch-size range) or adaptive.
     policy: str = "fixed"
     # policy schedule: {smallest batch size: k}; the entry with the largest key <= B applies (must hold key 1);

@@ -108,7 +108,7 @@ class MTPProposer(Proposer):
         self._prefilled = False
         if substeps == 0:
             # No slot drafts and no draft prefill is pending: the draft model does not run. Its batch is
-            # re-derived from the target by the next round's draft_model_preprocess (docs/adaptive.md).
+            # re-derived from the target by the next round's draft_model_preprocess (docs/spec.md §2.3).
             self._no_drafts(t)
             return ProposerOutput.of(inputs, self.draft_probs)
         ops.draft_model_preprocess(

@@ -1,5 +1,5 @@
 """Speculation policies: on the host, after a step's one host copy, how many drafts k_b (0..k_max) each slot may
-have next step (docs/architecture.md, "Speculation policy"; the model and its formulas in docs/adaptive.md).
+have next step (docs/spec.md §2.3).
 Pure Python and numpy: no tensor, no device value; the ModelRunner uploads the choice and the proposers cap by it.
 
 Vocabulary: a slot is *live* when it decodes next step; its *cap* is min(k_max, the request's
@@ -132,46 +132,46 @@ def batch_bucket(num_slots: int) -> int:
 
 
 class StepCostTable:
-    """Wall seconds of a decode step per (batch bucket, K): a running mean of the first `warm` observations,
-    then an EMA (weight `alpha`) of samples clipped to [1/2, 2] x the current mean (load spikes)."""
+    """Wall seconds of a decode step per (batch bucket, K): the median of the last `window` observations (robust
+    to the load spikes of a shared machine)."""
 
-    def __init__(self, *, warm: int = 3, alpha: float = 0.2):
-        self.warm, self.alpha = warm, alpha
-        self.mean: dict[tuple[int, int], float] = {}
+    def __init__(self, *, window: int = 9):
+        self.window = window
+        self.samples: dict[tuple[int, int], list[float]] = {}
         self.count: dict[tuple[int, int], int] = {}
 
     def add(self, bucket: int, k: int, seconds: float) -> None:
         key = (bucket, k)
-        n, mean = self.count.get(key, 0), self.mean.get(key, seconds)
-        if n < self.warm:
-            mean += (seconds - mean) / (n + 1)
-        else:
-            mean += self.alpha * (float(np.clip(seconds, mean / 2, 2 * mean)) - mean)
-        self.mean[key], self.count[key] = mean, n + 1
+        self.samples[key] = (self.samples.get(key, []) + [seconds])[-self.window:]
+        self.count[key] = self.count.get(key, 0) + 1
+
+    def seconds(self, bucket: int, k: int) -> float:
+        return float(np.median(self.samples[(bucket, k)]))
 
     def row(self, bucket: int, k_max: int, need: int) -> np.ndarray | None:
         """[k_max + 1] seconds for K = 0..k_max at `bucket`, from the nearest bucket within an octave whose every K
         has >= need observations (None: none has). Choices compare K at one bucket, so a near bucket's row serves."""
         for b in sorted({bucket + d for d in range(-4, 5)}, key=lambda b: (abs(b - bucket), b)):
             if all(self.count.get((b, k), 0) >= need for k in range(k_max + 1)):
-                return np.array([self.mean[(b, k)] for k in range(k_max + 1)])
+                return np.array([self.seconds(b, k) for k in range(k_max + 1)])
         return None
 
 
 class AdaptivePolicy(SpeculationPolicy):
-    """argmax over K of expected emitted tokens per second, then per-slot trimming (docs/adaptive.md).
+    """argmax over K of expected emitted tokens per second, then per-slot trimming (docs/spec.md §2.3).
 
     Acceptance: per slot and position, a_bj = (s_bj + m * p_j) / (n_bj + m): s, n the slot's decayed successes and
     reaches (decay `decay` per step), p_j the worker's Laplace-smoothed totals, m = `prior_weight`.
     Cost: T(B, K), the measured wall seconds of a decode step whose batch drafted with K (StepCostTable), kept
     only for steps whose K equals the previous step's (the cycle then holds K's substeps and K's verify tokens).
-    Exploration: a batch bucket without `need` observations of every K holds each missing K for `hold` steps;
-    afterwards every `explore_every` decode steps a neighbour of the best K is held for `hold` steps.
+    Exploration: a batch bucket without `need` observations of every K holds the least observed K for `hold`
+    steps (so K = 0..k_max take turns and load drift hits them all); afterwards every `explore_every` decode steps
+    the next K other than the best (in turn) is held for `hold` steps.
     """
 
     def __init__(self, num_slots: int, k_max: int, *, has_substeps: bool, pin_sampled: bool = False,
-                 prior_weight: float = 4.0, decay: float = 0.85, need: int = 2, hold: int = 3,
-                 explore_every: int = 64):
+                 prior_weight: float = 4.0, decay: float = 0.85, need: int = 3, hold: int = 2,
+                 explore_every: int = 24):
         super().__init__(num_slots, k_max, pin_sampled=pin_sampled)
         self.has_substeps = has_substeps
         self.prior_weight, self.decay = prior_weight, decay
@@ -269,10 +269,8 @@ class AdaptivePolicy(SpeculationPolicy):
             counts = [self.costs.count.get((bucket, k), 0) for k in range(self.k_max + 1)]
             return int(np.argmin(counts)), self.hold
         if self.num_choices % self.explore_every == 0:
-            best = self.last_k
-            side = 1 if (self.num_choices // self.explore_every) % 2 else -1
-            k = best + side if 0 <= best + side <= self.k_max else best - side
-            return int(np.clip(k, 0, self.k_max)), self.hold
+            others = [k for k in range(self.k_max + 1) if k != self.last_k]
+            return others[(self.num_choices // self.explore_every) % len(others)], self.hold
         return None
 
     def best_k(self, live: np.ndarray, seconds: np.ndarray, verify: np.ndarray | None = None) -> tuple[int, np.ndarray]:

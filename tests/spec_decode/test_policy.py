@@ -102,13 +102,13 @@ def test_batch_bucket_literals():
     assert [batch_bucket(b) for b in (1, 2, 4, 5, 8, 16, 19, 32, 64)] == [1, 2, 4, 9, 12, 16, 17, 20, 24]
 
 
-def test_step_cost_table_means_clips_and_borrows_a_near_bucket():
-    table = StepCostTable(warm=2, alpha=0.5)
-    for k, seconds in ((0, 1.0), (0, 3.0), (1, 4.0), (1, 4.0)):
+def test_step_cost_table_takes_medians_and_borrows_a_near_bucket():
+    table = StepCostTable(window=3)
+    for k, seconds in ((0, 1.0), (0, 3.0), (0, 100.0), (1, 4.0), (1, 4.0)):  # 100: a load spike
         table.add(16, k, seconds)
-    assert table.mean[(16, 0)] == 2.0  # running mean of the first two
-    table.add(16, 0, 100.0)  # a load spike: clipped to 2 x 2.0, then EMA 0.5 -> 3.0
-    assert table.mean[(16, 0)] == 3.0
+    assert table.seconds(16, 0) == 3.0  # median of the last three
+    table.add(16, 0, 2.0)  # the window drops the first sample: median of 3, 100, 2
+    assert table.seconds(16, 0) == 3.0 and table.count[(16, 0)] == 4
     np.testing.assert_allclose(table.row(17, 1, need=2), [3.0, 4.0])  # bucket 17 borrows 16
     np.testing.assert_allclose(table.row(20, 1, need=2), [3.0, 4.0])  # 20 is one octave away
     assert table.row(21, 1, need=2) is None  # more than an octave away
@@ -116,18 +116,19 @@ def test_step_cost_table_means_clips_and_borrows_a_near_bucket():
 
 
 def test_adaptive_explores_each_k_for_a_hold_then_uses_the_table():
-    """K = 0 and K = 1 are each held for 3 steps (the first step of a hold is not steady, so it is not
-    recorded), then the table decides: every draft is accepted (E(1) ~ 1.9 with the prior) and a K = 1 step
-    costs 1.5x a K = 0 step, so K = 1 wins (~127 against 100 tokens/s)."""
-    policy = AdaptivePolicy(1, 1, has_substeps=True, hold=3)
+    """K = 0 and K = 1 take turns, each held for 2 steps (the first step of a hold is not steady, so only the
+    second is recorded), until both have `need` = 2 observations; then the table decides: every draft is accepted
+    (E(1) ~ 1.9 with the prior) and a K = 1 step costs 1.5x a K = 0 step, so K = 1 wins (~127 against 100
+    tokens/s)."""
+    policy = AdaptivePolicy(1, 1, has_substeps=True, need=2, hold=2, explore_every=10**9)
     seen = []
     for i in range(12):
         cost = StepCost(num_slots=1, num_drafts=policy.last_k, num_substeps=policy.last_k,
                         seconds=0.01 * (1 + 0.5 * policy.last_k))
         seen.append(int(policy.choose(_step([True], drafted=[1], emitted=[2], cost=cost if i else None))[0]))
-    assert seen[:6] == [0, 0, 0, 1, 1, 1]
+    assert seen[:8] == [0, 0, 1, 1, 0, 0, 1, 1]
     assert all(policy.costs.count.get((1, k), 0) >= 2 for k in (0, 1))
-    assert seen[6:] == [1] * 6
+    assert seen[8:] == [1] * 4
 
 
 def test_build_policy_resolves_the_config():
