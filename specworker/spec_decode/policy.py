@@ -10,6 +10,7 @@ were accepted, and the *conditional acceptance* a_j is P(draft j accepted | reac
 from __future__ import annotations
 
 import dataclasses
+import statistics
 
 import numpy as np
 
@@ -131,6 +132,9 @@ def batch_bucket(num_slots: int) -> int:
     return num_slots if num_slots <= 4 else int(round(4 * np.log2(num_slots)))
 
 
+NEAR_BUCKETS = (0, -1, 1, -2, 2, -3, 3, -4, 4)  # bucket offsets within an octave, nearest first
+
+
 class StepCostTable:
     """Wall seconds of a decode step per (batch bucket, K): the median of the last `window` observations (robust
     to the load spikes of a shared machine)."""
@@ -138,22 +142,24 @@ class StepCostTable:
     def __init__(self, *, window: int = 9):
         self.window = window
         self.samples: dict[tuple[int, int], list[float]] = {}
+        self.median: dict[tuple[int, int], float] = {}  # of samples, kept current by add
         self.count: dict[tuple[int, int], int] = {}
 
     def add(self, bucket: int, k: int, seconds: float) -> None:
         key = (bucket, k)
-        self.samples[key] = (self.samples.get(key, []) + [seconds])[-self.window:]
+        self.samples[key] = (self.samples.get(key, []) + [float(seconds)])[-self.window:]
+        self.median[key] = statistics.median(self.samples[key])
         self.count[key] = self.count.get(key, 0) + 1
 
     def seconds(self, bucket: int, k: int) -> float:
-        return float(np.median(self.samples[(bucket, k)]))
+        return self.median[(bucket, k)]
 
     def row(self, bucket: int, k_max: int, need: int) -> np.ndarray | None:
         """[k_max + 1] seconds for K = 0..k_max at `bucket`, from the nearest bucket within an octave whose every K
         has >= need observations (None: none has). Choices compare K at one bucket, so a near bucket's row serves."""
-        for b in sorted({bucket + d for d in range(-4, 5)}, key=lambda b: (abs(b - bucket), b)):
+        for b in (bucket + d for d in NEAR_BUCKETS):
             if all(self.count.get((b, k), 0) >= need for k in range(k_max + 1)):
-                return np.array([self.seconds(b, k) for k in range(k_max + 1)])
+                return np.array([self.median[(b, k)] for k in range(k_max + 1)])
         return None
 
 
@@ -166,16 +172,18 @@ class AdaptivePolicy(SpeculationPolicy):
     only for steps whose K equals the previous step's (the cycle then holds K's substeps and K's verify tokens).
     Exploration: a batch bucket without `need` observations of every K holds the least observed K for `hold`
     steps (so K = 0..k_max take turns and load drift hits them all); afterwards every `explore_every` decode steps
-    the next K other than the best (in turn) is held for `hold` steps.
+    a neighbour of the current K (alternately above and below) is held for `hold` steps. The chosen K changes only
+    when another K's rate beats it by more than `switch_margin`.
     """
 
     def __init__(self, num_slots: int, k_max: int, *, has_substeps: bool, pin_sampled: bool = False,
                  prior_weight: float = 4.0, decay: float = 0.85, need: int = 3, hold: int = 2,
-                 explore_every: int = 24):
+                 explore_every: int = 32, switch_margin: float = 0.03):
         super().__init__(num_slots, k_max, pin_sampled=pin_sampled)
         self.has_substeps = has_substeps
         self.prior_weight, self.decay = prior_weight, decay
-        self.need, self.hold, self.explore_every = need, hold, explore_every
+        self.need, self.hold, self.explore_every, self.switch_margin = need, hold, explore_every, switch_margin
+        self.kept_k = k_max  # the K exploitation last chose (switching away needs a margin)
         self.successes = np.zeros((num_slots, k_max))  # [N, K] decayed accepted drafts at position j
         self.reaches = np.zeros((num_slots, k_max))  # [N, K] decayed times position j was reached
         self.total_successes = np.zeros(k_max)  # [K] worker totals (the prior)
@@ -268,9 +276,10 @@ class AdaptivePolicy(SpeculationPolicy):
         if seconds is None:  # the K with the fewest observations at this bucket, smallest first
             counts = [self.costs.count.get((bucket, k), 0) for k in range(self.k_max + 1)]
             return int(np.argmin(counts)), self.hold
-        if self.num_choices % self.explore_every == 0:
-            others = [k for k in range(self.k_max + 1) if k != self.last_k]
-            return others[(self.num_choices // self.explore_every) % len(others)], self.hold
+        if self.num_choices % self.explore_every == 0:  # a neighbour of the current K, alternately above and below
+            side = 1 if (self.num_choices // self.explore_every) % 2 else -1
+            k = self.last_k + side if 0 <= self.last_k + side <= self.k_max else self.last_k - side
+            return int(np.clip(k, 0, self.k_max)), self.hold
         return None
 
     def best_k(self, live: np.ndarray, seconds: np.ndarray, verify: np.ndarray | None = None) -> tuple[int, np.ndarray]:
@@ -286,6 +295,9 @@ class AdaptivePolicy(SpeculationPolicy):
             k_b = np.minimum(k, self.cap[rows])
             rates.append(gain[rows, k_b].sum() / max(seconds[k], 1e-9))
         best = int(np.argmax(rates))  # ties go to the smaller K
+        if rates[best] < (1 + self.switch_margin) * rates[self.kept_k]:
+            best = self.kept_k  # within the margin of the current K: stay (measurement noise, KV refill)
+        self.kept_k = best
         k_b = np.minimum(best, self.cap)
         drafts = int(k_b[rows].sum())
         if best == 0 or drafts == 0:
