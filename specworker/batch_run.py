@@ -14,7 +14,7 @@ from pathlib import Path
 
 from specworker.config import WorkerConfig
 from specworker.sampling_params import SamplingParams
-from specworker.spec_decode.metrics import SpecDecodeStats
+from specworker.spec_decode.metrics import DraftLenStats, SpecDecodeStats
 from specworker.hf_tokenizer import load_tokenizer
 from specworker.worker.request import FinishReason
 
@@ -42,6 +42,7 @@ class BatchRun:
     num_steps: int
     phase_seconds: dict[str, float]  # phase -> seconds summed over steps (Worker.phase_seconds)
     spec_stats: SpecDecodeStats | None  # None for a non-speculative worker
+    draft_lens: DraftLenStats | None = None  # the policy's drafts per step, per batch size (None: no proposer)
 
     @property
     def num_tokens(self) -> int:
@@ -179,6 +180,7 @@ def run_queued(worker, prompts: Sequence[str], req_ids: Sequence[str], *,
     """Steps the worker until every queued request finishes; on_tokens gets each step's number of new
     tokens (progress bars). Counters are read as deltas, so a worker can serve several batches."""
     phases_before, stats_before = dict(worker.phase_seconds), copy.deepcopy(worker.spec_stats)
+    lens_before = copy.deepcopy(worker.draft_len_stats)
     steps_before, done = worker.num_steps, {}
     start = time.perf_counter()
     while worker.has_unfinished():
@@ -195,7 +197,8 @@ def run_queued(worker, prompts: Sequence[str], req_ids: Sequence[str], *,
                     finish_reasons=[done[r].finish_reason for r in req_ids], seconds=seconds,
                     num_steps=worker.num_steps - steps_before,
                     phase_seconds={p: s - phases_before[p] for p, s in worker.phase_seconds.items()},
-                    spec_stats=_stats_delta(worker.spec_stats, stats_before))
+                    spec_stats=_stats_delta(worker.spec_stats, stats_before),
+                    draft_lens=None if lens_before is None else worker.draft_len_stats.minus(lens_before))
 
 
 def run_batch(worker, prompts: Sequence[str], params: SamplingParams, *, chat: bool = False,

@@ -16,7 +16,7 @@ from specworker.config import SchedulerConfig, SpeculativeConfig, WorkerConfig
 from specworker.sampling_params import SamplingParams
 
 __all__ = ["BenchSettings", "OutputMismatch", "batch_prompts", "bench_configs", "first_mismatch", "num_runs", "run_bench",
-           "spread"]
+           "parse_policies", "policy_configs", "run_policy_bench", "spread"]
 
 MODES = ("baseline", "speculative")
 
@@ -33,6 +33,7 @@ class BenchSettings:
     repeats: int  # timed runs per mode and batch size
     chat: bool = False  # prompts go through the model's chat template as one user message each
     rotate_prompts: bool = False  # run r takes the next batch_size prompts of the set (else always the first)
+    policies: tuple[str, ...] = ()  # side-by-side policies (parse_policies); empty: baseline vs the config
 
     def __post_init__(self) -> None:
         if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
@@ -85,6 +86,9 @@ def _summary(runs: list[BatchRun]) -> dict:
            "num_tokens": spread([r.num_tokens for r in runs]), "num_steps": spread([r.num_steps for r in runs]),
            "ms_per_step": spread([1e3 * r.seconds / max(r.num_steps, 1) for r in runs]),
            "phase_seconds": {p: spread([r.phase_seconds[p] for r in runs]) for p in runs[0].phase_seconds}}
+    if runs[0].draft_lens is not None:
+        out["policy_drafts_per_batch_size"] = runs[-1].draft_lens.as_dict()  # the last timed run's choices
+        out["policy_drafts_per_slot"] = spread([r.draft_lens.mean_drafts_per_slot() for r in runs])
     if runs[0].spec_stats is not None:
         out["mean_acceptance_length"] = spread([r.spec_stats.mean_acceptance_length for r in runs])
         k = runs[0].spec_stats.num_speculative_tokens
@@ -142,5 +146,108 @@ def run_bench(config: WorkerConfig, prompts: Sequence[str], settings: BenchSetti
 
 
 def num_runs(settings: BenchSettings) -> int:
-    """Runs run_bench makes (progress bar total)."""
-    return len(settings.batch_sizes) * (settings.warmup + settings.repeats) * len(MODES)
+    """Runs run_bench / run_policy_bench make (progress bar total)."""
+    modes = len(settings.policies) if settings.policies else len(MODES)
+    return len(settings.batch_sizes) * (settings.warmup + settings.repeats) * modes
+
+
+POLICY_HELP = "none, fixed1..fixed5 (policy fixed, k drafts), adaptive, schedule (the config's schedule)"
+
+
+def parse_policies(text: str) -> tuple[str, ...]:
+    """"none,fixed1,fixed2,adaptive" -> its names; UserError on an unknown, repeated or missing-baseline list."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    allowed = {"none", "adaptive", "schedule"} | {f"fixed{k}" for k in range(1, 6)}
+    bad = [n for n in names if n not in allowed]
+    if bad or len(set(names)) != len(names) or "none" not in names:
+        why = f"unknown {bad[0]!r}" if bad else "a name twice" if len(set(names)) != len(names) else "no 'none'"
+        raise UserError(f"--policies = {text}: {why}; allowed: a comma-separated list holding none (the baseline) "
+                        f"and any of {POLICY_HELP}")
+    return names
+
+
+def policy_configs(config: WorkerConfig, batch_size: int, policies: Sequence[str]) -> dict[str, WorkerConfig]:
+    """policy name -> the config it runs at batch_size slots. fixedK: k = K (MTP: num_model_steps = K too);
+    adaptive: k = the largest fixed K listed (else the config's), policy adaptive; schedule: the config with
+    policy schedule (its schedule key); none: no proposer."""
+    _, base = bench_configs(config, batch_size)
+    spec = base.speculative_config
+    fixed = [int(n[5:]) for n in policies if n.startswith("fixed")]
+    k_top = max(fixed, default=spec.num_speculative_tokens)
+
+    def with_k(k: int, policy: str, schedule=None) -> WorkerConfig:
+        steps = k if spec.method == "mtp" else 1
+        new = dataclasses.replace(spec, num_speculative_tokens=k, num_model_steps=steps, policy=policy,
+                                  schedule=schedule)
+        sched = dataclasses.replace(base.scheduler, max_num_batched_tokens=max(
+            base.scheduler.max_num_batched_tokens, batch_size * (k + 1)))
+        return dataclasses.replace(base, speculative_config=new, scheduler=sched)
+
+    out = {}
+    for name in policies:
+        if name == "none":
+            out[name] = dataclasses.replace(base, speculative_config=SpeculativeConfig())
+        elif name == "adaptive":
+            out[name] = with_k(k_top, "adaptive")
+        elif name == "schedule":
+            if spec.schedule is None:
+                raise UserError("--policies schedule: the config has no speculative_config.schedule; allowed: a "
+                                "config with policy: schedule and a schedule")
+            out[name] = dataclasses.replace(base, speculative_config=dataclasses.replace(spec, policy="schedule"))
+        else:
+            out[name] = with_k(int(name[5:]), "fixed")
+    return out
+
+
+def _policies_one(config: WorkerConfig, prompts: Sequence[str], batch_size: int, settings: BenchSettings,
+                  on_run: Callable[[], None] | None) -> dict:
+    """Interleaved runs of every policy at one batch size; raises OutputMismatch when any differs from none."""
+    names = settings.policies
+    workers = {n: load_worker(c, source=f"bench batch size {batch_size} ({n})")
+               for n, c in policy_configs(config, batch_size, names).items()}
+    params = SamplingParams(temperature=0.0, max_tokens=settings.max_tokens)
+    timed = {n: [] for n in names}
+    for rep in range(settings.warmup + settings.repeats):
+        requests = batch_prompts(prompts, batch_size, rep if settings.rotate_prompts else 0)
+        shift = rep % len(names)  # rotate who goes first: drift hits every policy
+        runs = {}
+        for name in names[shift:] + names[:shift]:
+            runs[name] = run_batch(workers[name], requests, params, chat=settings.chat)
+            if on_run is not None:
+                on_run()
+        for name in names:
+            where = first_mismatch(runs["none"], runs[name])
+            if where is not None:
+                raise OutputMismatch(f"bench batch size {batch_size}, repetition {rep}, policy {name}: greedy "
+                                     f"outputs differ from none: {where}")
+        if rep >= settings.warmup:
+            for name in names:
+                timed[name].append(runs[name])
+    out = {n: _summary(timed[n]) | {"speedup": spread([r.tokens_per_s / b.tokens_per_s
+                                                        for b, r in zip(timed["none"], timed[n])])}
+           for n in names}
+    result = {"batch_size": batch_size, "num_requests": batch_size, "outputs_equal": True, "policies": out}
+    if "adaptive" in names:
+        best = max((n for n in names if n != "adaptive"), key=lambda n: out[n]["tokens_per_s"]["median"])
+        result["adaptive_vs_best"] = {"best": best, "ratio": out["adaptive"]["tokens_per_s"]["median"]
+                                      / out[best]["tokens_per_s"]["median"]}
+    return result
+
+
+def run_policy_bench(config: WorkerConfig, prompts: Sequence[str], settings: BenchSettings, *, config_source: str,
+                     prompts_source: str | None = None, on_run: Callable[[], None] | None = None) -> dict:
+    """settings.policies side by side at every batch size; the bench.json content (results[i]["policies"])."""
+    import paddle
+
+    for batch_size in settings.batch_sizes:
+        policy_configs(config, batch_size, settings.policies)  # reject a bad config before any run
+    results = [_policies_one(config, prompts, b, settings, on_run) for b in settings.batch_sizes]
+    return {
+        "config": config_source, "prompts": prompts_source, "num_prompts": len(prompts),
+        "settings": dataclasses.asdict(settings) | {"temperature": 0.0},
+        "method": config.speculative_config.method, "policies": list(settings.policies),
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                    "cpu_count": os.cpu_count(),
+                    "python": platform.python_version(), "paddle": paddle.__version__, "device": config.device},
+        "results": results,
+    }

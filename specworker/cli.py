@@ -145,8 +145,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from specworker.batch_run import encode_prompts, load_worker, tokenizer_of
-    from specworker.bench import BenchSettings, bench_configs, num_runs, run_bench
-    from specworker.report import bench_table, plot_bench, splice_readme
+    from specworker.bench import (BenchSettings, bench_configs, num_runs, parse_policies, policy_configs, run_bench,
+                                  run_policy_bench)
+    from specworker.report import bench_table, plot_bench, plot_policies, policy_table, splice_readme
 
     try:
         import matplotlib  # noqa: F401  (bench.png; checked before minutes of runs)
@@ -155,7 +156,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                         "(it is in requirements.txt)") from None
     config, prompts = _load(args)
     settings = BenchSettings(batch_sizes=args.batch_sizes, max_tokens=args.max_tokens, warmup=args.warmup,
-                             repeats=args.repeats, chat=args.chat, rotate_prompts=args.rotate_prompts)
+                             repeats=args.repeats, chat=args.chat, rotate_prompts=args.rotate_prompts,
+                             policies=parse_policies(args.policies) if args.policies else ())
     readme = None
     if args.readme is not None:  # read before the bench runs, so a bad path fails fast
         try:
@@ -165,22 +167,27 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         splice_readme(readme, "", "")
     for batch_size in settings.batch_sizes:  # config, device and weights errors before the progress bar
         bench_configs(config, batch_size)
+        if settings.policies:
+            policy_configs(config, batch_size, settings.policies)
     worker = load_worker(config, source=str(args.config))
     if args.chat:  # a model without a chat template fails here, not after the first runs
         encode_prompts(tokenizer_of(worker), prompts, chat=True)
     with tqdm(total=num_runs(settings), unit="run", desc="bench", file=sys.stderr) as bar:
-        bench = run_bench(config, prompts, settings, config_source=str(args.config),
-                          prompts_source=str(_shown(args.prompts)), on_run=bar.update)
-    table = bench_table(bench)
+        runner = run_policy_bench if settings.policies else run_bench
+        bench = runner(config, prompts, settings, config_source=str(args.config),
+                       prompts_source=str(_shown(args.prompts)), on_run=bar.update)
+    table = policy_table(bench) if settings.policies else bench_table(bench)
+    plot = plot_policies if settings.policies else plot_bench
     _write(args.out / "bench.json", lambda path: path.write_text(json.dumps(bench, indent=1) + "\n"))
-    _write(args.out / "bench.png", lambda path: plot_bench(bench, path))
+    _write(args.out / "bench.png", lambda path: plot(bench, path))
     machine = bench["machine"]
     prompts = f"`{_shown(args.prompts)}`" + (" (chat template)" if args.chat else "")
     which = "the next batch-size prompts in each run" if args.rotate_prompts else "the first batch-size prompts"
     note = (f"`{args.config}`, {prompts} ({which}), greedy, {args.max_tokens} new tokens per request, batch size = "
             f"requests = slots, median of {args.repeats} runs after {args.warmup} warm-up; {machine['device']} "
             f"({machine['cpu_count']} cores, {machine['processor']}), Paddle {machine['paddle']}. "
-            "Greedy outputs of both modes were identical token for token.")
+            + ("Greedy outputs of every policy were identical token for token." if settings.policies else
+               "Greedy outputs of both modes were identical token for token."))
     print(table)
     print(f"\n{note}\nwrote {args.out / 'bench.json'} and {args.out / 'bench.png'}")
     if readme is not None:
@@ -231,6 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--readme", type=Path, help="also write the table into this README between its markers")
     bench.add_argument("--rotate-prompts", action="store_true", help="each run takes the next batch-size prompts "
                        "of the set (default: every run repeats the first batch-size prompts)")
+    bench.add_argument("--policies", help="compare speculation policies side by side, e.g. "
+                       "none,fixed1,fixed2,fixed3,adaptive (none is the baseline)")
     bench.set_defaults(func=_cmd_bench)
     for sub, default in ((run, DEFAULT_CONFIG), (bench, DEFAULT_BENCH_CONFIG)):
         sub.add_argument("--config", type=Path, default=default, help=f"YAML config (default: configs/{default.name})")

@@ -49,6 +49,7 @@ VERIFY_STRATEGIES = ("greedy", "topp", "target_match", "rejection")
 LOSSY_VERIFY_STRATEGIES = ("topp",)  # sampled requests do not keep the target's distribution
 ACCEPT_POLICIES = ("normal", "accept_all", "reject_all")
 MTP_STRATEGIES = ("default", "with_ngram")  # with_ngram: hybrid_mtp_ngram extends the MTP drafts
+POLICIES = ("fixed", "schedule", "adaptive")  # speculation policies: how many drafts a slot gets per step
 MAX_NUM_SPECULATIVE_TOKENS = 5  # FastDeploy's bound on k and on num_model_steps
 MAX_NGRAM_SIZE = 64  # ngram_match's bound on max_ngram_size
 MAX_CANDIDATE_LENS = tuple(range(1, 11)) + tuple(range(20, 101, 10))  # top_p_candidates' supported C
@@ -194,10 +195,18 @@ class SpeculativeConfig:
     suffix_max_cached_requests: int = 64  # suffix: finished requests whose outputs the global tree holds (0: off)
     suffix_max_spec_factor: float = 1.0  # suffix: drafts <= this * matched context length
     suffix_min_token_prob: float = 0.1  # suffix: stop drafting once the path's estimated probability drops below
+    # How many drafts each slot gets per step (docs/spec.md §2.3): fixed (k_max every
+    # step, speculate_update's adaptive budget as before), schedule (k per batch-size range) or adaptive.
+    policy: str = "fixed"
+    # policy schedule: {smallest batch size: k}; the entry with the largest key <= B applies (must hold key 1);
+    # kept as a tuple of (batch size, k) pairs, sorted.
+    schedule: tuple | None = None
 
     def __post_init__(self) -> None:
-        check_types(self)
         s = "speculative_config"
+        if isinstance(self.schedule, Mapping):
+            object.__setattr__(self, "schedule", _schedule_pairs(f"{s}.schedule", self.schedule))
+        check_types(self)
         check_choice(f"{s}.method", self.method, METHODS)
         check_choice(f"{s}.verify_strategy", self.verify_strategy, VERIFY_STRATEGIES)
         check_choice(f"{s}.accept_policy", self.accept_policy, ACCEPT_POLICIES)
@@ -210,6 +219,7 @@ class SpeculativeConfig:
               "benchmark_mode rejects every draft")
         k, steps = self.num_speculative_tokens, self.num_model_steps
         self._check_method_keys(s)
+        self._check_policy(s)
         if not self.needs_proposer:
             why = f"method {self.method!r} has no proposer"
             check(k == 0, f"{s}.num_speculative_tokens", k, "0 (or method: mtp, ngram or suffix)", why)
@@ -272,6 +282,34 @@ class SpeculativeConfig:
                   f"{s}.suffix_max_spec_factor", self.suffix_max_spec_factor, "a number > 0", "out of range")
             check(0 <= self.suffix_min_token_prob <= 1, f"{s}.suffix_min_token_prob", self.suffix_min_token_prob,
                   "0..1", "out of range")
+
+    def _check_policy(self, s: str) -> None:
+        check_choice(f"{s}.policy", self.policy, POLICIES)
+        check(self.policy == "fixed" or self.needs_proposer, f"{s}.policy", self.policy,
+              "'fixed' (or method: mtp, ngram or suffix)", f"method {self.method!r} drafts nothing")
+        if self.policy != "schedule":
+            check(self.schedule is None, f"{s}.schedule", self.schedule, "null (or policy: schedule)",
+                  f"policy {self.policy!r} does not read it")
+            return
+        check(self.schedule is not None, f"{s}.schedule", self.schedule,
+              "a mapping {smallest batch size: k}, e.g. {1: 2, 16: 1, 32: 0}", "policy 'schedule' needs one")
+        pairs = _schedule_pairs(f"{s}.schedule", dict(self.schedule))  # also a tuple written by hand
+        check(pairs[0][0] == 1, f"{s}.schedule", dict(pairs), "a key 1 (every batch size needs an entry)",
+              f"the smallest key is {pairs[0][0]}")
+        k_max = self.max_policy_draft_len
+        for size, k in pairs:
+            check(0 <= k <= k_max, f"{s}.schedule.{size}", k, f"0..{k_max} (the drafts a step can hold: "
+                  + ("num_model_steps" if self.method == "mtp" else "num_speculative_tokens") + ")", "out of range")
+        object.__setattr__(self, "schedule", pairs)
+
+    @property
+    def max_policy_draft_len(self) -> int:
+        """k_max: the most drafts a slot can get in one step (MTP: num_model_steps substeps; others: k)."""
+        return self.num_model_steps if self.method == "mtp" else self.num_speculative_tokens
+
+    def schedule_k(self, batch_size: int) -> int:
+        """policy schedule: k of the range that holds batch_size (the largest key <= batch_size)."""
+        return next(k for size, k in reversed(self.schedule) if size <= max(batch_size, 1))
 
     @property
     def enabled(self) -> bool:
@@ -338,7 +376,11 @@ class WorkerConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict of every field (derived properties excluded); config_from_dict reads it back."""
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        schedule = out["speculative_config"]["schedule"]
+        if schedule is not None:  # the YAML form, {smallest batch size: k}
+            out["speculative_config"]["schedule"] = {int(size): int(k) for size, k in schedule}
+        return out
 
     def describe(self) -> str:
         """The resolved config as YAML (loadable again), then the derived quantities as comments."""
@@ -353,6 +395,18 @@ class WorkerConfig:
         lines = [yaml.safe_dump(self.to_dict(), sort_keys=False).rstrip(), "# derived (not settable):"]
         lines += [f"#   {name}: {show(value)}" for name, value in derived.items()]
         return "\n".join(lines)
+
+
+def _schedule_pairs(key: str, schedule: Mapping) -> tuple[tuple[int, int], ...]:
+    """{smallest batch size: k} -> sorted ((size, k), ...); keys >= 1 and integer values, else ConfigError."""
+    check(len(schedule) > 0, key, dict(schedule), "a mapping {smallest batch size: k}, e.g. {1: 2, 16: 1, 32: 0}",
+          "empty")
+    for size, k in schedule.items():
+        ok = isinstance(size, int) and not isinstance(size, bool) and size >= 1
+        check(ok, f"{key}.{size}", k, "keys: batch sizes >= 1 (integers)", f"bad key {show(size)}")
+        check(isinstance(k, int) and not isinstance(k, bool), f"{key}.{size}", k, "an integer k >= 0",
+              f"wrong type {type(k).__name__}")
+    return tuple(sorted((int(size), int(k)) for size, k in schedule.items()))
 
 
 _SECTIONS = {"model": ModelConfig, "scheduler": SchedulerConfig, "speculative_config": SpeculativeConfig}

@@ -67,7 +67,7 @@ def _field_types(cls: type) -> dict[str, tuple[type, bool]]:
     return out
 
 
-_TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+_TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", tuple: "a mapping"}
 
 
 def check_types(obj: Any) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from specworker.batch_run import BatchRun, UserError
 
-__all__ = ["README_BEGIN", "README_END", "bench_table", "format_table", "plot_bench", "run_metrics",
-           "run_metrics_table", "splice_readme"]
+__all__ = ["README_BEGIN", "README_END", "bench_table", "format_table", "plot_bench", "plot_policies",
+           "policy_table", "run_metrics", "run_metrics_table", "splice_readme"]
 
 # Step phases in the order a step runs them (Worker.phase_seconds keys), with their display names.
 PHASE_LABELS = {"pre_process": "pre_process", "target_forward": "target forward",
@@ -47,6 +47,8 @@ def run_metrics(run: BatchRun) -> dict:
            "other_seconds": run.seconds - sum(run.phase_seconds.values())}
     if run.spec_stats is not None:
         out["spec_decode"] = run.spec_stats.as_dict()
+    if run.draft_lens is not None:
+        out["policy_drafts_per_batch_size"] = run.draft_lens.as_dict()
     return out
 
 
@@ -67,6 +69,9 @@ def run_metrics_table(run: BatchRun) -> str:
                 continue
             rows.append((f"acceptance, draft position {i + 1}", f"{rate:.3f}",
                          f"{stats.accepted_per_position[i]}/{stats.num_steps} verify steps"))
+    if run.draft_lens is not None:
+        rows.append(("policy drafts per slot-step", f"{run.draft_lens.mean_drafts_per_slot():.2f}",
+                     ", ".join(f"B={b}: {d['drafts_per_step']:.1f}/step" for b, d in run.draft_lens.as_dict().items())))
     steps = max(run.num_steps, 1)
     split = [(PHASE_LABELS[p], run.phase_seconds[p]) for p in PHASE_LABELS if p in run.phase_seconds]
     split.append(("other (scheduler, outputs)", run.seconds - sum(run.phase_seconds.values())))
@@ -130,6 +135,57 @@ def plot_bench(bench: dict, path: str | Path) -> None:
     ax2.set_ylim(1.0, (k if ngram else min(k, steps)) + 1.05)  # the possible range: 1 .. drafts per step + 1
     shape = f"k={k}" if ngram else f"k={k}, num_model_steps={steps}"
     fig.suptitle(f"specworker {_method_label(bench)} ({shape}), greedy, {bench['machine']['device']}: "
+                 f"{bench['config']}", fontsize=9)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def policy_table(bench: dict) -> str:
+    """One row per batch size: per policy the median speedup over none (min-max) and, for speculative
+    policies, the drafts per slot-step they chose; then adaptive / the best other policy (medians of tok/s)."""
+    names = bench["policies"]
+    rows = []
+    for r in bench["results"]:
+        p = r["policies"]
+        cells = [str(r["batch_size"]), _mid(p["none"]["tokens_per_s"], ".1f")]
+        for n in names:
+            if n == "none":
+                continue
+            k = f" k={_mid(p[n]['policy_drafts_per_slot'], '.2f')}" if n in ("adaptive", "schedule") else ""
+            cells.append(_range(p[n]["speedup"], ".2f") + k)
+        if "adaptive_vs_best" in r:
+            best = r["adaptive_vs_best"]
+            cells.append(f"{best['ratio']:.3f} ({best['best']})")
+        rows.append(cells)
+    header = ["batch", "none tok/s"] + [f"{n} speedup" for n in names if n != "none"]
+    if bench["results"] and "adaptive_vs_best" in bench["results"][0]:
+        header.append("adaptive / best")
+    return format_table(header, rows)
+
+
+def plot_policies(bench: dict, path: str | Path) -> None:
+    """Speedup over none vs batch size, one line per policy (median, min-max bars)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = bench["results"]
+    x = list(range(len(results)))
+    fig, ax = plt.subplots(figsize=(6.4, 3.8), constrained_layout=True)
+    for i, name in enumerate(bench["policies"]):
+        figs = [r["policies"][name]["speedup"] for r in results]
+        mid = [f["median"] for f in figs]
+        err = [[m - f["min"] for m, f in zip(mid, figs)], [f["max"] - m for m, f in zip(mid, figs)]]
+        style = dict(linewidth=2.5, color="black") if name == "adaptive" else {}
+        ax.errorbar([v + 0.03 * (i - 2) for v in x], mid, yerr=err, marker="o", capsize=3, label=name, **style)
+    ax.set_xticks(x, [str(r["batch_size"]) for r in results])
+    ax.set_xlabel("batch size (concurrent requests)")
+    ax.set_ylabel("speedup over no speculation (x)")
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"specworker {_method_label(bench)} policies, greedy, {bench['machine']['device']}: "
                  f"{bench['config']}", fontsize=9)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -79,6 +79,9 @@ class SamplingParams:
     ignore_eos: bool = False
     enable_thinking: bool = False  # the request reasons first (the worker's ReasoningConstraint applies)
     logprobs: int | None = None  # None: off; N in 0..MAX_LOGPROBS: each token's logprob and the top-N
+    # Drafts per step for this request at most (None: the worker's policy decides alone; 0: no speculation
+    # for this request while the others in the batch still speculate). Capped at the config's k_max.
+    num_speculative_tokens: int | None = None
 
     def __post_init__(self) -> None:
         for field, (ok, allowed) in _FLOAT_RANGES.items():
@@ -105,6 +108,11 @@ class SamplingParams:
             raise _bad("logprobs", self.logprobs, f"None (off) or an int in 0..MAX_LOGPROBS = {MAX_LOGPROBS}")
         if self.logprobs is not None:
             object.__setattr__(self, "logprobs", int(self.logprobs))
+        k = self.num_speculative_tokens
+        if k is not None and (not _is_int(k) or k < 0):
+            raise _bad("num_speculative_tokens", k, "None (the worker's policy decides) or an int >= 0 (0: no drafts)")
+        if k is not None:
+            object.__setattr__(self, "num_speculative_tokens", int(k))
         for field in ("stop_token_ids", "bad_words_token_ids"):
             object.__setattr__(self, field, _token_ids(field, getattr(self, field)))
         if len(self.bad_words_token_ids) > MAX_BAD_WORDS:
@@ -127,5 +135,5 @@ class SamplingParams:
             top_k=max(self.top_k, 0), min_p=self.min_p, repetition_penalty=self.repetition_penalty,
             frequency_penalty=self.frequency_penalty, presence_penalty=self.presence_penalty, seed=self.seed,
             bad_words_token_ids=self.bad_words_token_ids, block_ids=block_ids,
-            enable_thinking=self.enable_thinking,
+            enable_thinking=self.enable_thinking, num_speculative_tokens=self.num_speculative_tokens,
         )

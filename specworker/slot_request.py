@@ -50,6 +50,7 @@ class SlotRequest:
     bad_words_token_ids: Sequence[int] = ()
     enable_thinking: bool = False
     block_ids: Sequence[int] = ()  # KV blocks already allocated for the slot
+    num_speculative_tokens: int | None = None  # drafts per step at most (None: the policy's choice; 0: none)
 
     def __post_init__(self) -> None:
         for field in ("prompt_token_ids", "bad_words_token_ids", "block_ids"):
@@ -72,6 +73,9 @@ class SlotRequest:
             raise _bad("seed", self.seed, f"None or an int in 0..{MAX_SEED}")
         if not isinstance(self.enable_thinking, bool):
             raise _bad("enable_thinking", self.enable_thinking, "a bool")
+        k = self.num_speculative_tokens
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+            raise _bad("num_speculative_tokens", k, "None or an int >= 0")
 
     def _check_floats(self) -> None:
         ranges = {

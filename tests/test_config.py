@@ -188,6 +188,30 @@ BAD_CONFIGS = [
         "speculative_config.model", "'builtin:tiny-mtp'", "null (or method: mtp)"),
     bad("suffix_key_with_method_ngram", {**NGRAM, "speculative_config.suffix_max_depth": 12},
         "speculative_config.suffix_max_depth", "12", "24, the default (or method: suffix)"),
+    # speculation policy
+    bad("unknown_policy", {"speculative_config.policy": "greedy"}, "speculative_config.policy", "'greedy'",
+        "'fixed', 'schedule', 'adaptive'"),
+    bad("policy_without_proposer", {"speculative_config": {"method": "none", "policy": "adaptive"}},
+        "speculative_config.policy", "'adaptive'", "'fixed' (or method: mtp, ngram or suffix)"),
+    bad("schedule_policy_without_schedule", {"speculative_config.policy": "schedule"}, "speculative_config.schedule",
+        "null", "a mapping {smallest batch size: k}"),
+    bad("schedule_with_policy_fixed", {"speculative_config.schedule": {1: 1}}, "speculative_config.schedule",
+        "((1, 1),)", "null (or policy: schedule)"),
+    bad("schedule_without_batch_size_1", {"speculative_config.policy": "schedule",
+                                          "speculative_config.schedule": {4: 1, 16: 0}},
+        "speculative_config.schedule", "{4: 1, 16: 0}", "a key 1 (every batch size needs an entry)"),
+    bad("schedule_k_above_model_steps", {"speculative_config.policy": "schedule", "speculative_config.num_model_steps": 2,
+                                         "speculative_config.schedule": {1: 3, 8: 0}},
+        "speculative_config.schedule.1", "3", "0..2 (the drafts a step can hold: num_model_steps)"),
+    bad("schedule_negative_k", {"speculative_config.policy": "schedule", "speculative_config.schedule": {1: -1}},
+        "speculative_config.schedule.1", "-1", "0..1"),
+    bad("schedule_batch_size_zero", {"speculative_config.policy": "schedule", "speculative_config.schedule": {0: 1}},
+        "speculative_config.schedule.0", "1", "keys: batch sizes >= 1 (integers)"),
+    bad("schedule_k_not_an_integer", {"speculative_config.policy": "schedule",
+                                      "speculative_config.schedule": {1: "two"}},
+        "speculative_config.schedule.1", "'two'", "an integer k >= 0"),
+    bad("schedule_a_list", {"speculative_config.policy": "schedule", "speculative_config.schedule": [1, 2]},
+        "speculative_config.schedule", "[1, 2]", "a mapping or null"),
     bad("builtin_draft_of_another_target", {"model.path": "some/ckpt"}, "speculative_config.model",
         "'builtin:tiny-mtp'", "a draft of model.path", check_paths=False),
     bad("architecture_set_for_checkpoint", {"model.path": "some/ckpt", "model.hidden_size": 64}, "model.hidden_size",
@@ -335,3 +359,14 @@ def test_default_verify_strategy_is_lossless():
 
     default = SpeculativeConfig().verify_strategy
     assert default == "rejection" and default not in LOSSY_VERIFY_STRATEGIES
+
+
+def test_schedule_config_loads_round_trips_and_picks_k(tmp_path):
+    data = patched({"speculative_config.policy": "schedule", "speculative_config.num_model_steps": 3,
+                    "speculative_config.schedule": {16: 1, 1: 3, 32: 0}})
+    config = load_config(write(tmp_path, data))
+    spec = config.speculative_config
+    assert spec.schedule == ((1, 3), (16, 1), (32, 0))
+    assert [spec.schedule_k(b) for b in (1, 15, 16, 31, 32, 64)] == [3, 3, 1, 1, 0, 0]
+    assert config_from_dict(config.to_dict(), check_paths=False) == config
+    assert load_config(write(tmp_path, yaml.safe_load(config.describe()))) == config

@@ -390,6 +390,8 @@ TARGET_BUFFERS: tuple[BufferSpec, ...] = (
     _slot("accept_tokens", (N, D), "int64", NO_TOKEN, "tokens emitted by verify this step", mirror=True),
     _slot("accept_num", (N,), "int32", 0, "entries of accept_tokens[b] emitted this step", mirror=True),
     _slot("actual_draft_token_nums", (N,), "int32", "num_speculative_tokens", "draft budget of the slot (<= k)"),
+    _slot("policy_draft_len", (N,), "int32", "num_speculative_tokens",
+          "drafts the speculation policy allows the slot next step (0..k)", mirror=True),
     _slot("mask_rollback", (N,), "int32", 0, "rejected draft positions to roll back in the KV cache"),
     # reasoning models
     _slot("reasoning_status", (N,), "int32", 0, "phase of the </think> status machine (docs/spec.md §8.7)"),

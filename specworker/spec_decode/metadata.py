@@ -85,6 +85,7 @@ class ProposerInputs:
     accept_tokens: paddle.Tensor  # [N, D] int64, this step's emitted tokens
     accept_num: paddle.Tensor  # [N] int32
     actual_draft_token_nums: paddle.Tensor  # [N] int32 adaptive draft budget (<= k)
+    policy_draft_len: paddle.Tensor  # [N] int32 the speculation policy's k_b for the next step (0..k)
     # the request's sampling parameters (sampled drafts)
     temperature: paddle.Tensor  # [N] float32
     top_k: paddle.Tensor  # [N] int64
@@ -99,13 +100,20 @@ class ProposerInputs:
     # the next step's query, which the proposer writes (ProposerOutput names the same tensors)
     draft_tokens: paddle.Tensor  # [N, D] int64: [b, 0] the last accepted token, [b, 1..] drafts
     seq_lens_this_time: paddle.Tensor  # [N] int32: 1 + drafts for a running decode slot, 0 idle
+    # host ints from the policy's choice (no device read): max and min of k_b over the slots decoding next step
+    max_draft_len: int = 0
+    min_draft_len: int = 0
+
+    HOST_FIELDS = ("target_hidden", "meta", "max_draft_len", "min_draft_len")
 
     @classmethod
     def from_share_inputs(cls, share_inputs: Mapping[str, paddle.Tensor]) -> ProposerInputs:
-        return cls(target_hidden=None, meta=None, **_views(cls, share_inputs, skip=("target_hidden", "meta")))
+        return cls(target_hidden=None, meta=None, **_views(cls, share_inputs, skip=cls.HOST_FIELDS))
 
-    def for_step(self, target_hidden: paddle.Tensor, meta: ForwardMeta) -> ProposerInputs:
-        return dataclasses.replace(self, target_hidden=target_hidden, meta=meta)
+    def for_step(self, target_hidden: paddle.Tensor, meta: ForwardMeta, *, max_draft_len: int,
+                 min_draft_len: int) -> ProposerInputs:
+        return dataclasses.replace(self, target_hidden=target_hidden, meta=meta, max_draft_len=max_draft_len,
+                                   min_draft_len=min_draft_len)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,8 +124,10 @@ class ProposerOutput:
     draft_tokens: paddle.Tensor  # [N, D] int64, the target's buffer
     seq_lens_this_time: paddle.Tensor  # [N] int32, the target's buffer
     draft_probs: paddle.Tensor | None  # [N, D - 1, V] float32, the draft batch's buffer
+    num_substeps: int = 0  # draft-model forward passes this round (host int; 0 without a draft model)
 
     @classmethod
-    def of(cls, inputs: ProposerInputs, draft_probs: paddle.Tensor | None = None) -> ProposerOutput:
+    def of(cls, inputs: ProposerInputs, draft_probs: paddle.Tensor | None = None,
+           num_substeps: int = 0) -> ProposerOutput:
         return cls(draft_tokens=inputs.draft_tokens, seq_lens_this_time=inputs.seq_lens_this_time,
-                   draft_probs=draft_probs)
+                   draft_probs=draft_probs, num_substeps=num_substeps)

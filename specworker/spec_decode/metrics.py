@@ -74,3 +74,36 @@ class SpecDecodeStats:
         return {"num_steps": self.num_steps, "num_drafted": self.num_drafted, "num_accepted": self.num_accepted,
                 "mean_acceptance_length": self.mean_acceptance_length, "acceptance_rate": self.acceptance_rate,
                 "acceptance_per_position": self.acceptance_per_position}
+
+
+@dataclasses.dataclass(slots=True)
+class DraftLenStats:
+    """Drafts the speculation policy chose per step, by batch size B (the slots decoding next step): the sum
+    over slots of k_b, one entry per step. Accumulated on the host from each step's choice."""
+
+    steps: dict[int, int] = dataclasses.field(default_factory=dict)  # B -> steps chosen for
+    drafts: dict[int, int] = dataclasses.field(default_factory=dict)  # B -> sum over those steps of sum_b k_b
+
+    def observe(self, draft_lens) -> None:
+        """draft_lens: [N] ints, k_b of a slot decoding next step, -1 for the others."""
+        chosen = [int(k) for k in draft_lens if k >= 0]
+        if not chosen:
+            return
+        size = len(chosen)
+        self.steps[size] = self.steps.get(size, 0) + 1
+        self.drafts[size] = self.drafts.get(size, 0) + sum(chosen)
+
+    def minus(self, before: DraftLenStats) -> DraftLenStats:
+        """The counts gathered since `before` (a copy taken earlier)."""
+        steps = {b: n - before.steps.get(b, 0) for b, n in self.steps.items() if n > before.steps.get(b, 0)}
+        return DraftLenStats(steps, {b: self.drafts[b] - before.drafts.get(b, 0) for b in steps})
+
+    def as_dict(self) -> dict:
+        """{B: {"steps", "drafts_per_step", "drafts_per_slot"}}, B as a string key (JSON), ascending."""
+        return {str(b): {"steps": self.steps[b], "drafts_per_step": self.drafts[b] / self.steps[b],
+                         "drafts_per_slot": self.drafts[b] / self.steps[b] / b} for b in sorted(self.steps)}
+
+    def mean_drafts_per_slot(self) -> float:
+        """sum of k_b over every step and slot / slot-steps (0.0 before any step)."""
+        slot_steps = sum(b * n for b, n in self.steps.items())
+        return sum(self.drafts.values()) / slot_steps if slot_steps else 0.0

@@ -65,6 +65,8 @@ class MTPProposer(Proposer):
         self._draft_tokens = self._sample if self.sample_drafts else self._argmax
         # cu_seqlens_q_output for draft_model_update when `tokens` holds one row per slot
         self._one_row_per_slot = paddle.arange(config.scheduler.max_num_seqs + 1, dtype="int32").to(place)
+        self._draft_cols = paddle.arange(self.k, dtype="int32").unsqueeze(0).to(place)  # [1, k]: column j + 1
+        self._prefilled = False  # a chunk was written this step: substep 0 must run (the draft prefills it)
 
     # ---- row moves (the draft batch follows the target's) and host writes, between steps ----
     def followers(self):
@@ -80,6 +82,7 @@ class MTPProposer(Proposer):
         if start > 0:
             row["pre_ids"] = np.full([self.max_model_len], -1, dtype=np.int64)
         self.batch.write_row(slot, row)
+        self._prefilled = True
 
     def _argmax(self, logits, t: ProposerInputs, substep: int):
         return paddle.argmax(logits, axis=-1)  # [N] int64
@@ -98,19 +101,31 @@ class MTPProposer(Proposer):
         return tokens
 
     # ---- the proposer's part of the step ----
+    def num_substeps(self, inputs: ProposerInputs) -> int:
+        """Substeps this round: the most drafts a slot may get (the policy's max k_b, at most num_model_steps),
+        and at least one when a prefill chunk was written this step (the draft must prefill it too)."""
+        return min(self.num_model_steps, max(inputs.max_draft_len, int(self._prefilled)))
+
     def run(self, inputs: ProposerInputs) -> ProposerOutput:
         d, t = self.buffers, inputs
+        substeps = self.num_substeps(t)
+        self._prefilled = False
+        if substeps == 0:
+            # No slot drafts and no draft prefill is pending: the draft model does not run. Its batch is
+            # re-derived from the target by the next round's draft_model_preprocess (docs/spec.md §2.3).
+            self._no_drafts(t)
+            return ProposerOutput.of(inputs, self.draft_probs)
         ops.draft_model_preprocess(
             d["draft_tokens"], d["input_ids"], d["stop_flags"], d["seq_lens_this_time"], d["seq_lens_encoder"],
             d["seq_lens_decoder"], d["step_idx"], d["not_need_stop"], d["pre_ids"], t.accept_tokens,
             t.accept_num, t.seq_lens_encoder, t.seq_lens_decoder, t.step_idx, t.stop_flags, t.max_dec_len,
-            t.draft_tokens, self.num_model_steps, target_model_is_block_step=t.is_block_step)
+            t.draft_tokens, substeps, target_model_is_block_step=t.is_block_step)
         # Substep 0 pairs draft token p + 1 with the target's hidden row of position p: [T, H] packed like
         # the draft's own tokens (eagle_get_hidden_states keeps accept_num rows per decode slot).
         prev_hidden = ops.eagle_get_hidden_states(
             t.target_hidden, d["seq_lens_this_time"], d["seq_lens_encoder"], d["seq_lens_decoder"],
             d["stop_flags"], t.accept_num, t.seq_lens_this_time, t.seq_lens_encoder, self.k).out
-        for substep in range(self.num_model_steps):
+        for substep in range(substeps):
             token_num = t.meta.token_num if substep == 0 else d["last_hidden"].shape[0]
             dmeta = pre_process(
                 input_ids=d["input_ids"], seq_lens_this_time=d["seq_lens_this_time"],
@@ -136,7 +151,9 @@ class MTPProposer(Proposer):
                                     t.is_block_step)
         if self.ngram_sizes is not None:
             self._extend_with_ngram(t)
-        return ProposerOutput.of(inputs, self.draft_probs)
+        if t.min_draft_len < (self.k if self.ngram_sizes is not None else substeps):
+            self._cap_drafts(t)  # some slot may keep fewer drafts than were written
+        return ProposerOutput.of(inputs, self.draft_probs, num_substeps=substeps)
 
     def _extend_with_ngram(self, t: ProposerInputs) -> None:
         """Slots whose MTP chain is complete get n-gram drafts after it, up to k in all (and the adaptive
@@ -147,3 +164,16 @@ class MTPProposer(Proposer):
             t.prompt_ids, t.prompt_lens, t.pre_ids, t.step_idx, t.actual_draft_token_nums, t.draft_tokens,
             t.seq_lens_this_time, t.seq_lens_decoder, t.max_dec_len, max_ngram_size, min_ngram_size, self.k,
             self.num_model_steps, seq_lens_encoder=t.seq_lens_encoder)
+    def _cap_drafts(self, t: ProposerInputs) -> None:
+        """Per slot: drafts past policy_draft_len[b] become -1 and L_b = min(L_b, 1 + policy_draft_len[b])."""
+        keep = self._draft_cols < t.policy_draft_len.unsqueeze(1)  # [N, k]
+        drafts = t.draft_tokens[:, 1:]
+        t.draft_tokens[:, 1:] = paddle.where(keep, drafts, paddle.full_like(drafts, -1))
+        paddle.assign(paddle.minimum(t.seq_lens_this_time, t.policy_draft_len + 1), output=t.seq_lens_this_time)
+
+    @staticmethod
+    def _no_drafts(t: ProposerInputs) -> None:
+        """Every running slot feeds just its last token next step (NaiveProposer's rule). Columns 1.. of
+        draft_tokens are not read at L_b = 1 (and the next round's draft_model_preprocess resets them)."""
+        running = paddle.logical_not(paddle.logical_or(t.stop_flags, t.is_block_step))
+        paddle.assign(running.astype("int32"), output=t.seq_lens_this_time)

@@ -21,6 +21,7 @@ from specworker.model_executor.layers.sampler import SamplingMetadata
 from specworker.model_executor.pre_and_post_process import gather_logit_rows, pre_process
 from specworker.spec_decode.base import Proposer
 from specworker.spec_decode.metadata import ProposerInputs, VerifyInputs, VerifyOutput
+from specworker.spec_decode.policy import PolicyStep, SpeculationPolicy, StepCost, build_policy
 from specworker.spec_decode.speculative_sampler import ReasoningConstraint, SpeculativeSampler
 from specworker.worker.input_batch import InputBatch, SlotRequest
 
@@ -51,6 +52,7 @@ class StepOutput:
     layout_version: int  # the slot layout these rows refer to
     logprobs: StepLogprobs | None  # when the step was asked for logprobs
     seconds: dict  # phase -> host wall seconds (STEP_PHASES; on GPU, launch time unless synchronized)
+    draft_lens: np.ndarray | None = None  # [N] int64: the policy's k_b for the next step, -1 if not decoding
 
 
 class PhaseTimer:
@@ -76,7 +78,8 @@ class ModelRunner:
     """
 
     def __init__(self, config: WorkerConfig, *, model, kv_cache, proposer: Proposer, place, vocab_size: int,
-                 eos_token_ids: list[int], reasoning: ReasoningConstraint | None = None):
+                 eos_token_ids: list[int], reasoning: ReasoningConstraint | None = None,
+                 policy: SpeculationPolicy | None = None):
         self.config = config
         self.model = model
         self.kv_cache = kv_cache
@@ -96,6 +99,10 @@ class ModelRunner:
         self._proposer_inputs = ProposerInputs.from_share_inputs(self.share_inputs)
         self.last_verify_output: VerifyOutput | None = None  # the last step's (tests and logprob consumers)
         self._chunk_next_token: dict[str, int] = {}  # req_id -> next prompt token, for middle chunks
+        self.policy = policy or build_policy(config.speculative_config, config.scheduler.max_num_seqs)
+        self.input_batch.follow(self.policy)
+        self._prefill_slots: set[int] = set()  # slots given a prefill chunk for this step
+        self._last_step: tuple[float, StepCost | None] | None = None  # (start, shape) of the previous step
 
     # ---- between steps (host writes only) ----
     def insert(self, slot: int, request: SlotRequest) -> None:
@@ -119,6 +126,7 @@ class ModelRunner:
         Also undoes what the previous chunk's step did to the row (it emitted a token the host
         discards: step_idx, history, stop flag, KV length), so every chunk starts from the same state.
         """
+        self._prefill_slots.add(slot)
         chunk = prompt_token_ids[start:start + length]
         if start + length < len(prompt_token_ids):
             # A middle chunk's sampled token is discarded; the proposer must see the true next prompt
@@ -135,6 +143,12 @@ class ModelRunner:
         """The slot's prefill waits this step (no token budget left): it feeds nothing."""
         self.input_batch.write_row(slot, {"seq_lens_this_time": 0, "seq_lens_encoder": 0, "is_block_step": True})
 
+    def decode_token_bound(self, slots: list[int]) -> int:
+        """Tokens the decode `slots` feed next step at most: 1 + k_b each (k_b from the policy_draft_len host
+        mirror, which follows row moves); a host read of a mirror, no device value."""
+        k_b = self.share_inputs["policy_draft_len_cpu"].numpy()[slots]
+        return int(np.minimum(k_b + 1, self.config.speculative_config.max_draft_token_num).sum())
+
     # ---- the step ----
     def step(self, token_num: int, *, all_greedy: bool = False, num_logprobs: int | None = None) -> StepOutput:
         """One engine step. token_num: host bound on the packed tokens (chunk lengths + D per decode slot);
@@ -143,6 +157,8 @@ class ModelRunner:
         logprob is computed).
         """
         timer = PhaseTimer()
+        start = time.perf_counter()
+        cost = self._previous_cost(start)
         with timer("pre_process"):
             meta = self._pre_process(token_num)
         with timer("target_forward"):
@@ -151,13 +167,61 @@ class ModelRunner:
             verified = self._sample_and_verify(logits, meta, all_greedy)
             logprobs = self._logprobs(verified, meta, num_logprobs)
             host = self._copy_step_outputs_sync(logprobs)
+            live, drafted = self._decoding_next(host)
             self._restore_chunk_tokens()
         with timer("update"):
             self._update_states()
+            draft_lens = self._choose_draft_lens(PolicyStep(live=live, drafted=drafted, emitted=host.accept_num,
+                                                            cost=cost))
         with timer("proposer"):
             meta.require_current(self.input_batch.layout_version, "the proposer")
-            self.proposer.run(self._proposer_inputs.for_step(hidden, meta))
-        return dataclasses.replace(host, seconds=timer.seconds)
+            lens = draft_lens[live]
+            out = self.proposer.run(self._proposer_inputs.for_step(
+                hidden, meta, max_draft_len=int(lens.max(initial=0)), min_draft_len=int(lens.min(initial=0))))
+        pure_decode = not self._prefill_slots
+        self._prefill_slots.clear()
+        fed = host.seq_lens_this_time
+        verify = sum(timer.seconds[p] for p in ("pre_process", "target_forward", "sampling_verify"))
+        shape = StepCost(num_slots=int((fed > 0).sum()), num_drafts=int(np.maximum(fed - 1, 0).sum()),
+                         num_substeps=out.num_substeps, seconds=0.0, verify_seconds=verify) if pure_decode else None
+        self._last_step = (start, shape)
+        return dataclasses.replace(host, seconds=timer.seconds, draft_lens=np.where(live, draft_lens, -1))
+
+    def _previous_cost(self, now: float) -> StepCost | None:
+        """The previous step's shape with its wall seconds (its start to this one's), if it was pure decode."""
+        if self._last_step is None or self._last_step[1] is None:
+            return None
+        start, shape = self._last_step
+        return dataclasses.replace(shape, seconds=now - start)
+
+    def _decoding_next(self, host: StepOutput) -> tuple[np.ndarray, np.ndarray]:
+        """([N] bool slots that decode next step, [N] int64 drafts this step verified), from host values:
+        occupied, not stopped, not paused, no prompt chunk left."""
+        batch = self.input_batch
+        middle = {batch.slot_of(req_id) for req_id in self._chunk_next_token}
+        occupied = np.array([r is not None and slot not in middle for slot, r in enumerate(batch.req_ids)])
+        paused = self.share_inputs["is_block_step_cpu"].numpy()
+        live = occupied & ~host.stop_flags & ~paused
+        prefill = np.zeros_like(live)
+        prefill[list(self._prefill_slots)] = True
+        drafted = np.where(prefill, 0, np.maximum(host.seq_lens_this_time - 1, 0))
+        return live, drafted
+
+    def _choose_draft_lens(self, step: PolicyStep) -> np.ndarray:
+        """The policy's k_b -> policy_draft_len (an upload when it changed; no read), then the budget the
+        proposers cap by: the policy owns actual_draft_token_nums, or (fixed) caps speculate_update's."""
+        draft_lens = self.policy.choose(step)
+        b, mirror = self._buffers, self.share_inputs["policy_draft_len_cpu"]
+        if not np.array_equal(mirror.numpy(), draft_lens):  # the mirror: what the device holds
+            values = draft_lens.astype(np.int32)
+            b.policy_draft_len.set_value(values)
+            mirror.set_value(values)
+        if self.policy.owns_budget:
+            paddle.assign(b.policy_draft_len, output=b.actual_draft_token_nums)
+        elif (draft_lens[step.live] < self.policy.k_max).any():  # a per-request override under fixed
+            paddle.assign(paddle.minimum(b.actual_draft_token_nums, b.policy_draft_len),
+                          output=b.actual_draft_token_nums)
+        return draft_lens
 
     def _pre_process(self, token_num: int):
         b = self._buffers

@@ -12,7 +12,8 @@ import paddle
 from specworker.config import LOSSY_VERIFY_STRATEGIES, WorkerConfig
 from specworker.model_executor.layers.sampler import GREEDY_TEMPERATURE
 from specworker.sampling_params import SamplingParams
-from specworker.spec_decode.metrics import SpecDecodeStats
+from specworker.spec_decode.metrics import DraftLenStats, SpecDecodeStats
+from specworker.spec_decode.policy import SpeculationPolicy
 from specworker.spec_decode.speculative_sampler import ReasoningConstraint
 from specworker.worker.block_manager import BlockManager
 from specworker.worker.model_runner import STEP_PHASES, ModelRunner, StepLogprobs, StepOutput
@@ -51,8 +52,8 @@ class Worker:
     """
 
     def __init__(self, config: WorkerConfig, *, model=None, proposer=None,
-                 reasoning: ReasoningConstraint | None = None):
-        """Args: config; model / proposer: injected instances (tests); default: loaded from config.
+                 reasoning: ReasoningConstraint | None = None, policy: SpeculationPolicy | None = None):
+        """Args: config; model / proposer / policy: injected instances (tests); default: built from config.
         reasoning: the reasoning-phase constraint of a reasoning model's tokenizer (None: off)."""
         from specworker.worker.model_loading import build_model_and_proposer  # heavy imports, once
 
@@ -67,7 +68,7 @@ class Worker:
         self.eos_token_ids = parts.eos_token_ids
         self.runner = ModelRunner(config, model=parts.model, kv_cache=parts.kv_cache, proposer=parts.proposer,
                                   place=place, vocab_size=parts.vocab_size, eos_token_ids=parts.eos_token_ids,
-                                  reasoning=reasoning)
+                                  reasoning=reasoning, policy=policy)
         self.blocks = BlockManager(config.scheduler.num_blocks, config.scheduler.block_size)
         self.scheduler = Scheduler(config, self.blocks)
         self.k = config.speculative_config.num_speculative_tokens
@@ -77,6 +78,7 @@ class Worker:
         self._warned_lossy = False  # one warning per worker (_warn_if_lossy)
         self.num_steps = 0
         self.phase_seconds = dict.fromkeys(STEP_PHASES, 0.0)  # host wall time per step phase, summed
+        self.draft_len_stats = DraftLenStats() if self.k else None  # the policy's choices, per batch size
 
     @property
     def input_batch(self):
@@ -169,10 +171,16 @@ class Worker:
         running = [r.params for r in self.scheduler.running]
         all_greedy = all(p.temperature < GREEDY_TEMPERATURE for p in running)
         num_logprobs = max((p.logprobs for p in running if p.logprobs is not None), default=None)
-        out = self.runner.step(plan.token_num, all_greedy=all_greedy, num_logprobs=num_logprobs)
+        # The plan reserves D tokens per decode slot; the step feeds at most 1 + k_b (the policy's choice).
+        decode_slots = [self.runner.input_batch.slot_of(r.req_id) for r in plan.decode]
+        token_num = (plan.token_num - self.scheduler.lookahead * len(decode_slots)
+                     + self.runner.decode_token_bound(decode_slots))
+        out = self.runner.step(token_num, all_greedy=all_greedy, num_logprobs=num_logprobs)
         self.num_steps += 1
         for phase, seconds in out.seconds.items():
             self.phase_seconds[phase] += seconds
+        if self.draft_len_stats is not None and out.draft_lens is not None:
+            self.draft_len_stats.observe(out.draft_lens)
         return self._collect(plan, out)
 
     # ---- internals ----

@@ -45,6 +45,7 @@ SPEC_CORE = {
     "accept_tokens": (("max_num_seqs", "max_draft_token_num"), "int64"),
     "accept_num": (("max_num_seqs",), "int32"),
     "actual_draft_token_nums": (("max_num_seqs",), "int32"),
+    "policy_draft_len": (("max_num_seqs",), "int32"),
     "reasoning_status": (("max_num_seqs",), "int32"),
     "enable_thinking": (("max_num_seqs",), "bool"),
 }

@@ -11,7 +11,10 @@ from tests.sync_guard import HostReadError, allow_host_reads, forbid_host_reads
 from tests.worker.worker_harness import make_config, random_requests
 
 CONFIGS = {"none": dict(), "mtp_k2": dict(method="mtp", k=2, steps=2), "mtp_k3_steps1": dict(method="mtp", k=3),
-           "ngram_k3": dict(method="ngram", k=3), "suffix_k3": dict(method="suffix", k=3)}
+           "ngram_k3": dict(method="ngram", k=3), "suffix_k3": dict(method="suffix", k=3),
+           "mtp_k3_adaptive": dict(method="mtp", k=3, steps=3, policy="adaptive"),
+           "mtp_k2_schedule": dict(method="mtp", k=2, steps=2, policy="schedule", schedule={1: 2, 3: 1, 4: 0}),
+           "ngram_k3_adaptive": dict(method="ngram", k=3, policy="adaptive")}
 
 
 def _worker(name):

@@ -15,8 +15,10 @@ SCHEDULER = dict(max_num_seqs=4, max_model_len=96, block_size=8, num_blocks=64, 
 
 
 def make_config(method="none", k=0, steps=1, strategy="greedy", ngram_sizes=(3, 1), suffix=None,
-                mtp_strategy="default", **scheduler):
+                mtp_strategy="default", policy=None, schedule=None, **scheduler):
     spec = {"method": method}
+    if policy is not None:  # speculation policy (and its schedule, {smallest batch size: k})
+        spec.update(policy=policy, **({} if schedule is None else {"schedule": schedule}))
     if method == "mtp":
         spec.update(num_speculative_tokens=k, num_model_steps=steps, model="builtin:tiny-mtp",
                     verify_strategy=strategy, mtp_strategy=mtp_strategy)

@@ -1,0 +1,138 @@
+"""Speculation policies on synthetic numbers (pure Python): fixed, schedule by batch size, adaptive's choice from
+given acceptance and step costs, per-request caps following slot moves, expected_tokens by hand."""
+
+import numpy as np
+import pytest
+
+from specworker.config import SpeculativeConfig
+from specworker.slot_request import SlotRequest
+from specworker.spec_decode.policy import (AdaptivePolicy, FixedPolicy, PolicyStep, SchedulePolicy, StepCost,
+                                           StepCostTable, batch_bucket, build_policy, expected_tokens)
+
+
+def _step(live, drafted=None, emitted=None, cost=None):
+    live = np.array(live, dtype=bool)
+    zeros = np.zeros(len(live), dtype=np.int64)
+    return PolicyStep(live=live, drafted=zeros if drafted is None else np.array(drafted),
+                      emitted=zeros if emitted is None else np.array(emitted), cost=cost)
+
+
+def _request(k=None):
+    return SlotRequest(req_id="r", prompt_token_ids=[1, 2], max_tokens=4, num_speculative_tokens=k)
+
+
+def test_expected_tokens_by_hand():
+    out = expected_tokens(np.array([[0.5, 0.5], [1.0, 0.0]]))
+    np.testing.assert_allclose(out, [[1.0, 1.5, 1.75], [1.0, 2.0, 2.0]])
+
+
+def test_fixed_policy_gives_k_max_and_honours_overrides():
+    policy = FixedPolicy(3, 2)
+    policy.on_insert(1, _request(0))
+    policy.on_insert(2, _request(1))
+    np.testing.assert_array_equal(policy.choose(_step([True, True, True])), [2, 0, 1])
+    policy.on_swap(0, 1)
+    np.testing.assert_array_equal(policy.choose(_step([True, True, True])), [0, 2, 1])
+    policy.on_move(0, 1)  # slot 0's request (override 0) moves to the empty slot 1
+    np.testing.assert_array_equal(policy.cap, [2, 0, 1])
+    policy.on_clear(1)
+    np.testing.assert_array_equal(policy.cap, [2, 2, 1])
+    assert not policy.owns_budget
+
+
+def _schedule_spec(schedule):
+    return SpeculativeConfig(method="mtp", model="builtin:tiny-mtp", num_speculative_tokens=3, num_model_steps=3,
+                             policy="schedule", schedule=schedule)
+
+
+@pytest.mark.parametrize("batch,k", [(1, 3), (3, 3), (4, 2), (15, 2), (16, 1), (31, 1), (32, 0), (64, 0)])
+def test_schedule_picks_k_of_the_batch_size_range(batch, k):
+    policy = SchedulePolicy(64, _schedule_spec({1: 3, 4: 2, 16: 1, 32: 0}))
+    live = [True] * batch + [False] * (64 - batch)
+    chosen = policy.choose(_step(live))
+    assert set(chosen[:batch].tolist()) == {k}
+
+
+def _adaptive(n, k_max, accept):
+    """An AdaptivePolicy whose acceptance is set directly (the cost row is passed to best_k)."""
+    policy = AdaptivePolicy(n, k_max, has_substeps=True)
+    policy.acceptance = lambda: np.array(accept, dtype=float)
+    return policy
+
+
+def test_adaptive_drafts_when_drafts_are_cheap():
+    # acceptance 0.8: E(K) = 1, 1.8, 2.44, 2.95 tokens per slot; step seconds 10, 12, 14, 16 ms -> K = 3
+    # (184 tokens/s against 100, 150, 174).
+    policy = _adaptive(1, 3, [[0.8, 0.8, 0.8]])
+    best, k_b = policy.best_k(np.array([True]), np.array([10e-3, 12e-3, 14e-3, 16e-3]))
+    assert best == 3 and k_b.tolist() == [3]
+
+
+def test_adaptive_stops_drafting_when_drafts_cost_more_than_they_bring():
+    # acceptance 0.5: E(K) = 1, 1.5, 1.75, 1.875; a step at K = 1 costs 1.6x the plain step -> K = 0.
+    n = 64
+    policy = _adaptive(n, 3, [[0.5, 0.5, 0.5]] * n)
+    best, k_b = policy.best_k(np.ones(n, dtype=bool), np.array([10e-3, 16e-3, 22e-3, 28e-3]))
+    assert best == 0 and not k_b.any()
+
+
+def test_adaptive_trims_slots_with_poor_acceptance():
+    # Slot 0 accepts almost always, slot 1 almost never. K = 2 is best for the batch (2.85 + 1.02 tokens in 13 ms
+    # against 2 in 10 ms); an average draft costs (13 - 10) / 4 ms, which slot 1's drafts (P = 0.02) do not pay
+    # for at that rate (0.30 tokens/ms x 0.75 ms = 0.22): slot 1 gets k_b = 0, slot 0 keeps 2.
+    policy = _adaptive(2, 2, [[0.95, 0.95], [0.02, 0.02]])
+    best, k_b = policy.best_k(np.array([True, True]), np.array([10e-3, 11.5e-3, 13e-3]))
+    assert best == 2
+    np.testing.assert_array_equal(k_b, [2, 0])
+
+
+def test_adaptive_learns_acceptance_per_slot_with_a_prior():
+    policy = AdaptivePolicy(2, 2, has_substeps=True)
+    np.testing.assert_allclose(policy.acceptance(), 0.5)  # Laplace prior with no observation
+    for _ in range(10):  # slot 0: both drafts accepted; slot 1: first draft rejected
+        policy.observe(_step([True, True], drafted=[2, 2], emitted=[3, 1]))
+    a = policy.acceptance()
+    assert a[0, 0] > 0.75 and a[0, 1] > 0.75  # pulled from the prior (0.5 at position 1) towards 1
+    assert a[1, 0] < 0.25  # rejected at position 1 every time
+    # slot 1 never reached position 2: its estimate is the worker prior there, (10 + 1) / (10 + 2)
+    assert a[1, 1] == pytest.approx(11 / 12)
+
+
+def test_batch_bucket_literals():
+    assert [batch_bucket(b) for b in (1, 2, 4, 5, 8, 16, 19, 32, 64)] == [1, 2, 4, 9, 12, 16, 17, 20, 24]
+
+
+def test_step_cost_table_takes_medians_and_borrows_a_near_bucket():
+    table = StepCostTable(window=3)
+    for k, seconds in ((0, 1.0), (0, 3.0), (0, 100.0), (1, 4.0), (1, 4.0)):  # 100: a load spike
+        table.add(16, k, seconds)
+    assert table.seconds(16, 0) == 3.0  # median of the last three
+    table.add(16, 0, 2.0)  # the window drops the first sample: median of 3, 100, 2
+    assert table.seconds(16, 0) == 3.0 and table.count[(16, 0)] == 4
+    np.testing.assert_allclose(table.row(17, 1, need=2), [3.0, 4.0])  # bucket 17 borrows 16
+    np.testing.assert_allclose(table.row(20, 1, need=2), [3.0, 4.0])  # 20 is one octave away
+    assert table.row(21, 1, need=2) is None  # more than an octave away
+    assert table.row(16, 2, need=2) is None  # K = 2 never measured
+
+
+def test_adaptive_explores_each_k_for_a_hold_then_uses_the_table():
+    """K = 0 and K = 1 take turns, each held for 2 steps (the first step of a hold is not steady, so only the
+    second is recorded), until both have `need` = 2 observations; then the table decides: every draft is accepted
+    (E(1) ~ 1.9 with the prior) and a K = 1 step costs 1.5x a K = 0 step, so K = 1 wins (~127 against 100
+    tokens/s)."""
+    policy = AdaptivePolicy(1, 1, has_substeps=True, need=2, hold=2, explore_every=10**9)
+    seen = []
+    for i in range(12):
+        cost = StepCost(num_slots=1, num_drafts=policy.last_k, num_substeps=policy.last_k,
+                        seconds=0.01 * (1 + 0.5 * policy.last_k))
+        seen.append(int(policy.choose(_step([True], drafted=[1], emitted=[2], cost=cost if i else None))[0]))
+    assert seen[:8] == [0, 0, 1, 1, 0, 0, 1, 1]
+    assert all(policy.costs.count.get((1, k), 0) >= 2 for k in (0, 1))
+    assert seen[8:] == [1] * 4
+
+
+def test_build_policy_resolves_the_config():
+    mtp = dict(method="mtp", model="builtin:tiny-mtp", num_speculative_tokens=3, num_model_steps=2)
+    assert isinstance(build_policy(SpeculativeConfig(**mtp), 4), FixedPolicy)
+    adaptive = build_policy(SpeculativeConfig(**mtp, policy="adaptive"), 4)
+    assert isinstance(adaptive, AdaptivePolicy) and adaptive.k_max == 2  # MTP drafts num_model_steps at most
