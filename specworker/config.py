@@ -299,13 +299,17 @@ class SpeculativeConfig:
         k_max = self.max_policy_draft_len
         for size, k in pairs:
             check(0 <= k <= k_max, f"{s}.schedule.{size}", k, f"0..{k_max} (the drafts a step can hold: "
-                  + ("num_model_steps" if self.method == "mtp" else "num_speculative_tokens") + ")", "out of range")
+                  + ("num_model_steps" if self.method == "mtp" and not self.with_ngram else "num_speculative_tokens")
+                  + ")", "out of range")
         object.__setattr__(self, "schedule", pairs)
 
     @property
     def max_policy_draft_len(self) -> int:
-        """k_max: the most drafts a slot can get in one step (MTP: num_model_steps substeps; others: k)."""
-        return self.num_model_steps if self.method == "mtp" else self.num_speculative_tokens
+        """k_max: the most drafts a slot can get in one step (MTP: num_model_steps substeps; MTP with_ngram, whose
+        n-gram extension fills up to k, and the other methods: k)."""
+        if self.method == "mtp" and not self.with_ngram:
+            return self.num_model_steps
+        return self.num_speculative_tokens
 
     def schedule_k(self, batch_size: int) -> int:
         """policy schedule: k of the range that holds batch_size (the largest key <= batch_size)."""
