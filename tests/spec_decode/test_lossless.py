@@ -181,7 +181,7 @@ def test_oracle_drafter_accepts_everything(k):
     reqs = random_requests(12, seed=200 + k, max_prompt=30, max_tokens=(8, 30), arrive_span=6)
     ref = _greedy_reference(reqs)
     oracle = OracleProposer(k, {tuple(r.prompt): ref[r.req_id] for r in reqs})
-    worker = Worker(make_config("mtp", k=k, steps=1), proposer=oracle)
+    worker = Worker(make_config("mtp", k=k, steps=k), proposer=oracle)  # steps = k: the policy lets a slot hold k drafts
     out = drive(worker, reqs, between=_shuffler(k))
     assert _tokens(out) == ref
     stats = worker.spec_stats
@@ -196,7 +196,7 @@ def test_adversarial_drafter_accepts_nothing_and_stays_lossless(k):
     reqs = random_requests(10, seed=300 + k, max_prompt=30, max_tokens=(4, 20), arrive_span=6)
     ref = _greedy_reference(reqs)
     bad = OracleProposer(k, {tuple(r.prompt): ref[r.req_id] for r in reqs}, adversarial=True)
-    worker = Worker(make_config("mtp", k=k, steps=1), proposer=bad)
+    worker = Worker(make_config("mtp", k=k, steps=k), proposer=bad)
     assert _tokens(drive(worker, reqs)) == ref
     assert worker.spec_stats.num_drafted > 0 and worker.spec_stats.num_accepted == 0
 

@@ -34,7 +34,7 @@ MIN_BATCHED_ROWS = 8  # paddle.matmul rounds a row one way in calls of < 8 rows,
 def _config(method="none", k=0):
     spec = {"method": method}
     if method == "mtp":  # the oracle is passed in; the draft path only has to exist for validation
-        spec.update(num_speculative_tokens=k, num_model_steps=1, model=str(require_smollm2()),
+        spec.update(num_speculative_tokens=k, num_model_steps=k, model=str(require_smollm2()),
                     verify_strategy="greedy")
     return config_from_dict({"model": {"path": str(require_smollm2())}, "scheduler": SCHEDULER,
                              "speculative_config": spec, "debug_checks": True}, check_paths=False)

@@ -31,7 +31,7 @@ SCHEDULER = dict(max_num_seqs=6, max_model_len=128, block_size=16, num_blocks=64
 def _config(method="none", k=0, **spec_keys):
     spec = {"method": method, **spec_keys}
     if method == "mtp":  # the proposer is passed in; the draft path only has to exist for validation
-        spec.update(num_speculative_tokens=k, num_model_steps=1, model=str(require_smollm2()),
+        spec.update(num_speculative_tokens=k, num_model_steps=k, model=str(require_smollm2()),
                     verify_strategy="greedy")
     if method in ("ngram", "suffix"):
         spec.update(num_speculative_tokens=k, verify_strategy="greedy")
