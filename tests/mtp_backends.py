@@ -7,6 +7,8 @@ shared, so both backends feed an op exactly the same buffers.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import paddle
 
@@ -180,7 +182,11 @@ class OpsBackend:
         return {f: getattr(meta, f).numpy() for f in META_FIELDS}
 
     def rebuild_padding(self, side: str, hidden: np.ndarray) -> np.ndarray:
-        return gather_logit_rows(paddle.to_tensor(hidden), self.meta[side]).numpy()
+        """The op over the whole output capacity (what the reference models; gather_logit_rows keeps the first
+        meta.logit_rows of these rows)."""
+        meta = self.meta[side]
+        rows = gather_logit_rows(paddle.to_tensor(hidden), dataclasses.replace(meta, logit_rows=meta.output_capacity))
+        return rows.numpy()
 
     def verify(self, verify_tokens: np.ndarray) -> None:
         t, rows = self.t, verify_tokens.shape[0]

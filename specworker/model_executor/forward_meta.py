@@ -37,6 +37,7 @@ class ForwardMeta:
     # host-side sizes (never read from a device tensor)
     token_num: int  # capacity of the input side (token_num_cpu)
     output_capacity: int  # bsz * (num_draft_tokens + 1)
+    logit_rows: int  # <= min(token_num, output_capacity), >= T_out: the rows gather_logit_rows returns (§4.3)
     num_draft_tokens: int  # k; 0 when not speculative
     layout_version: int  # InputBatch.layout_version this meta was built for
 
@@ -81,6 +82,9 @@ class ForwardMeta:
                 f"ForwardMeta.output_capacity = {cap}, expected bsz * (num_draft_tokens + 1) = "
                 f"{bsz * (self.num_draft_tokens + 1)}"
             )
+        if not 0 <= self.logit_rows <= min(self.token_num, cap):
+            raise ValueError(f"ForwardMeta.logit_rows = {self.logit_rows}, expected 0..min(token_num, "
+                             f"output_capacity) = {min(self.token_num, cap)}")
 
     @classmethod
     def make_dummy(cls, bsz: int, token_num: int, num_draft_tokens: int = 0, layout_version: int = 0,
@@ -105,6 +109,7 @@ class ForwardMeta:
             cu_seqlens_q_output=full(bsz + 1, 0, "int32"),
             token_num=token_num,
             output_capacity=cap,
+            logit_rows=min(token_num, cap),
             num_draft_tokens=num_draft_tokens,
             layout_version=layout_version,
         )

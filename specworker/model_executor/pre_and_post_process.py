@@ -23,6 +23,7 @@ def pre_process(
     draft_tokens: paddle.Tensor | None = None,
     layout_version: int = 0,
     step_buffers: Mapping[str, paddle.Tensor] | None = None,
+    logit_rows_cpu: int | None = None,
 ) -> ForwardMeta:
     """Packs the step's tokens and computes the output-side index tensors, in one op.
 
@@ -58,7 +59,7 @@ def pre_process(
     if step_buffers is not None:
         fused = _persist(fused, step_buffers, token_num_cpu)
     return _forward_meta({name: getattr(fused, name) for name in STEP_FIELDS}, seq_lens_this_time, seq_lens_encoder,
-                         seq_lens_decoder, token_num_cpu, num_draft_tokens, layout_version)
+                         seq_lens_decoder, token_num_cpu, num_draft_tokens, layout_version, logit_rows_cpu)
 
 
 PER_TOKEN_FIELDS = ("ids_remove_padding", "batch_id_per_token")  # [token_num] views of [capacity] buffers
@@ -67,15 +68,20 @@ STEP_FIELDS = PER_TOKEN_FIELDS + ("cu_seqlens_q", "cu_seqlens_k", "seq_lens_outp
 
 
 def _forward_meta(index: Mapping[str, paddle.Tensor], seq_lens_this_time, seq_lens_encoder, seq_lens_decoder,
-                  token_num: int, num_draft_tokens: int, layout_version: int) -> ForwardMeta:
+                  token_num: int, num_draft_tokens: int, layout_version: int,
+                  logit_rows: int | None = None) -> ForwardMeta:
     """ForwardMeta from the STEP_FIELDS index tensors and the step's per-slot lengths."""
+    output_capacity = seq_lens_this_time.shape[0] * (num_draft_tokens + 1)
+    if logit_rows is not None and logit_rows < 0:
+        raise ValueError(f"pre_process: logit_rows_cpu = {logit_rows}; allowed: >= 0 (a bound on T_out)")
     return ForwardMeta(
         **index,
         seq_lens_this_time=seq_lens_this_time,
         seq_lens_encoder=seq_lens_encoder,
         seq_lens_decoder=seq_lens_decoder,
         token_num=token_num,
-        output_capacity=seq_lens_this_time.shape[0] * (num_draft_tokens + 1),
+        output_capacity=output_capacity,
+        logit_rows=min(token_num, output_capacity, output_capacity if logit_rows is None else logit_rows),
         num_draft_tokens=num_draft_tokens,
         layout_version=layout_version,
     )
@@ -143,7 +149,12 @@ def pre_process_unfused(
 
 
 def gather_logit_rows(hidden_states: paddle.Tensor, meta: ForwardMeta) -> paddle.Tensor:
-    """The hidden rows that need logits: [output_capacity, H], rows past T_out zero.
+    """The hidden rows that need logits: [logit_rows, H], rows past T_out zero (docs/spec.md §4.3).
+
+    logit_rows <= min(token_num, output_capacity) bounds T_out on the host (O_b <= L_b, so T_out <= T; the
+    runner's bound is tighter: 1 per prefill slot), so a step whose slots feed fewer tokens than the capacity
+    (decode slots with fewer drafts than k, idle slots, prefill chunks) computes the lm_head, the sampler and
+    verification over those rows only, not over the padding.
 
     Args:
         hidden_states: [token_num, H] transformer output over meta.ids_remove_padding.
@@ -154,6 +165,6 @@ def gather_logit_rows(hidden_states: paddle.Tensor, meta: ForwardMeta) -> paddle
         meta.seq_lens_this_time,
         meta.seq_lens_decoder,
         meta.seq_lens_encoder,
-        meta.batch_id_per_token_output,
+        meta.batch_id_per_token_output[:meta.logit_rows],
         meta.cu_seqlens_q_output,
     )

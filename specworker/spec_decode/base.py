@@ -11,7 +11,7 @@ import paddle
 from specworker.model_executor.slot_buffers import SlotFollower
 from specworker.spec_decode.metadata import ProposerInputs, ProposerOutput
 
-__all__ = ["NaiveProposer", "Proposer"]
+__all__ = ["NaiveProposer", "Proposer", "feed_last_tokens"]
 
 
 class Proposer(abc.ABC):
@@ -22,6 +22,9 @@ class Proposer(abc.ABC):
     # [N, D - 1, V] float32: the distribution each draft was sampled from, read by rejection verification;
     # None when drafts are one-hot (greedy drafts, lookup drafts). A buffer fixed for the proposer's life.
     draft_probs: paddle.Tensor | None = None
+    # The proposer caps its drafts by actual_draft_token_nums (ngram_match, write_host_drafts): a policy that
+    # owns the budget then writes k_b there each step. False: it caps by policy_draft_len alone (MTP).
+    reads_draft_budget: bool = False
 
     @abc.abstractmethod
     def run(self, inputs: ProposerInputs) -> ProposerOutput:
@@ -36,13 +39,17 @@ class Proposer(abc.ABC):
         """The target prefills prompt[start:start + length] of `slot` this step."""
 
 
+def feed_last_tokens(inputs: ProposerInputs) -> None:
+    """No drafts: L_b = 1 for every running slot (not stopped, not paused), 0 otherwise (one device assign).
+    Prefill rows are rewritten by the host before the next step, so their value here does not matter; columns
+    1.. of draft_tokens are not read at L_b = 1."""
+    running = paddle.logical_not(paddle.logical_or(inputs.stop_flags, inputs.is_block_step))
+    paddle.assign(running.astype("int32"), output=inputs.seq_lens_this_time)
+
+
 class NaiveProposer(Proposer):
-    """No drafts: L_b = 1 for every running slot (not stopped, not paused), 0 otherwise. Prefill rows are
-    rewritten by the host before the next step, so their value here does not matter."""
+    """No drafts (feed_last_tokens)."""
 
     def run(self, inputs: ProposerInputs) -> ProposerOutput:
-        idle = paddle.logical_or(inputs.stop_flags, inputs.is_block_step)
-        lens = paddle.where(idle, paddle.zeros_like(inputs.seq_lens_this_time),
-                            paddle.ones_like(inputs.seq_lens_this_time))
-        paddle.assign(lens, output=inputs.seq_lens_this_time)
+        feed_last_tokens(inputs)
         return ProposerOutput.of(inputs)

@@ -17,7 +17,7 @@ from specworker.model_executor import ops
 from specworker.model_executor.layers.sampler import GREEDY_TEMPERATURE, sample_rows
 from specworker.model_executor.pre_and_post_process import pre_process
 from specworker.model_executor.slot_buffers import SlotBuffers, buffer_dims
-from specworker.spec_decode.base import Proposer
+from specworker.spec_decode.base import Proposer, feed_last_tokens
 from specworker.spec_decode.metadata import ProposerInputs, ProposerOutput
 from specworker.spec_decode.mtp_buffers import DRAFT_BUFFERS
 
@@ -49,6 +49,7 @@ class MTPProposer(Proposer):
         self.max_model_len = config.scheduler.max_model_len
         # (max_ngram_size, min_ngram_size) of hybrid_mtp_ngram, None without mtp_strategy with_ngram
         self.ngram_sizes = (spec.max_ngram_size, spec.min_ngram_size) if spec.with_ngram else None
+        self.reads_draft_budget = spec.with_ngram  # hybrid_mtp_ngram caps the n-gram part by the budget
         if draft is None:
             draft = load_mtp(spec.model, target, place, linear_weight_dtype=config.model.linear_weight_dtype)
         self.draft = draft
@@ -113,7 +114,7 @@ class MTPProposer(Proposer):
         if substeps == 0:
             # No slot drafts and no draft prefill is pending: the draft model does not run. Its batch is
             # re-derived from the target by the next round's draft_model_preprocess (docs/spec.md §2.3).
-            self._no_drafts(t)
+            feed_last_tokens(t)
             return ProposerOutput.of(inputs, self.draft_probs)
         ops.draft_model_preprocess(
             d["draft_tokens"], d["input_ids"], d["stop_flags"], d["seq_lens_this_time"], d["seq_lens_encoder"],
@@ -171,9 +172,3 @@ class MTPProposer(Proposer):
         t.draft_tokens[:, 1:] = paddle.where(keep, drafts, paddle.full_like(drafts, -1))
         paddle.assign(paddle.minimum(t.seq_lens_this_time, t.policy_draft_len + 1), output=t.seq_lens_this_time)
 
-    @staticmethod
-    def _no_drafts(t: ProposerInputs) -> None:
-        """Every running slot feeds just its last token next step (NaiveProposer's rule). Columns 1.. of
-        draft_tokens are not read at L_b = 1 (and the next round's draft_model_preprocess resets them)."""
-        running = paddle.logical_not(paddle.logical_or(t.stop_flags, t.is_block_step))
-        paddle.assign(running.astype("int32"), output=t.seq_lens_this_time)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from specworker.config import SpeculativeConfig
 from specworker.model_executor import ops
-from specworker.spec_decode.base import Proposer
+from specworker.spec_decode.base import Proposer, feed_last_tokens
 from specworker.spec_decode.metadata import ProposerInputs, ProposerOutput
 
 __all__ = ["NgramProposer"]
@@ -21,6 +21,8 @@ class NgramProposer(Proposer):
     slots get L = 0; prefill rows are left to the host.
     """
 
+    reads_draft_budget = True
+
     def __init__(self, spec: SpeculativeConfig):
         self.k = spec.num_speculative_tokens
         self.max_ngram_size = spec.max_ngram_size
@@ -28,6 +30,9 @@ class NgramProposer(Proposer):
 
     def run(self, inputs: ProposerInputs) -> ProposerOutput:
         t = inputs
+        if t.max_draft_len == 0:  # the policy gave every slot k_b = 0: no search, every running slot feeds 1 token
+            feed_last_tokens(t)
+            return ProposerOutput.of(inputs)
         ops.ngram_match(
             t.prompt_ids, t.prompt_lens, t.pre_ids, t.step_idx, t.actual_draft_token_nums, t.draft_tokens,
             t.seq_lens_this_time, t.seq_lens_encoder, t.seq_lens_decoder, t.max_dec_len, self.max_ngram_size,

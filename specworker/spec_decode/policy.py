@@ -171,18 +171,25 @@ class AdaptivePolicy(SpeculationPolicy):
     Cost: T(B, K), the measured wall seconds of a decode step whose batch drafted with K (StepCostTable), kept
     only for steps whose K equals the previous step's (the cycle then holds K's substeps and K's verify tokens).
     Exploration: a batch bucket without `need` observations of every K holds the least observed K for `hold`
-    steps (so K = 0..k_max take turns and load drift hits them all); afterwards every `explore_every` decode steps
-    a neighbour of the current K (alternately above and below) is held for `hold` steps. The chosen K changes only
-    when another K's rate beats it by more than `switch_margin`.
+    steps (so K = 0..k_max take turns and load drift hits them all); afterwards a neighbour of the current K
+    (alternately above and below) is held for `hold` steps every `explore_every` decode steps, an interval that
+    doubles (up to `explore_max`) each time the exploration leaves the choice as it was and returns to
+    `explore_every` when the choice changes. The chosen K changes only when another K's rate beats it by more than
+    `switch_margin`.
     """
 
     def __init__(self, num_slots: int, k_max: int, *, has_substeps: bool, pin_sampled: bool = False,
                  prior_weight: float = 4.0, decay: float = 0.85, need: int = 3, hold: int = 2,
-                 explore_every: int = 32, switch_margin: float = 0.03):
+                 explore_every: int = 32, explore_max: int = 256, switch_margin: float = 0.03):
         super().__init__(num_slots, k_max, pin_sampled=pin_sampled)
         self.has_substeps = has_substeps
         self.prior_weight, self.decay = prior_weight, decay
         self.need, self.hold, self.explore_every, self.switch_margin = need, hold, explore_every, switch_margin
+        self.explore_max = explore_max
+        self.explore_interval = explore_every  # decode steps between neighbour explorations (backs off)
+        self.last_explored = 0  # num_choices at the last neighbour exploration
+        self.num_explorations = 0
+        self.explored = False  # a neighbour exploration ended since the last exploitation choice
         self.kept_k = k_max  # the K exploitation last chose (switching away needs a margin)
         self.successes = np.zeros((num_slots, k_max))  # [N, K] decayed accepted drafts at position j
         self.reaches = np.zeros((num_slots, k_max))  # [N, K] decayed times position j was reached
@@ -276,8 +283,10 @@ class AdaptivePolicy(SpeculationPolicy):
         if seconds is None:  # the K with the fewest observations at this bucket, smallest first
             counts = [self.costs.count.get((bucket, k), 0) for k in range(self.k_max + 1)]
             return int(np.argmin(counts)), self.hold
-        if self.num_choices % self.explore_every == 0:  # a neighbour of the current K, alternately above and below
-            side = 1 if (self.num_choices // self.explore_every) % 2 else -1
+        if self.num_choices - self.last_explored >= self.explore_interval:  # a neighbour, alternately above and below
+            self.last_explored, self.explored = self.num_choices, True
+            self.num_explorations += 1
+            side = 1 if self.num_explorations % 2 else -1
             k = self.last_k + side if 0 <= self.last_k + side <= self.k_max else self.last_k - side
             return int(np.clip(k, 0, self.k_max)), self.hold
         return None
@@ -297,6 +306,11 @@ class AdaptivePolicy(SpeculationPolicy):
         best = int(np.argmax(rates))  # ties go to the smaller K
         if rates[best] < (1 + self.switch_margin) * rates[self.kept_k]:
             best = self.kept_k  # within the margin of the current K: stay (measurement noise, KV refill)
+        if best != self.kept_k:
+            self.explore_interval = self.explore_every
+        elif self.explored:  # the exploration confirmed the choice: explore less often
+            self.explore_interval = min(2 * self.explore_interval, self.explore_max)
+        self.explored = False
         self.kept_k = best
         k_b = np.minimum(best, self.cap)
         drafts = int(k_b[rows].sum())

@@ -77,7 +77,8 @@ class SpeculativeSampler:
 
     def _sampled_tokens(self, out: SamplerOutput, meta: ForwardMeta, verify: VerifyInputs):
         """Each row's one candidate: the token the Sampler drew (score 1)."""
-        return out.sampled_token_ids.reshape([-1, 1]), self._ones_scores, self._ones_lens  # [rows, 1]
+        rows = out.sampled_token_ids.shape[0]
+        return out.sampled_token_ids.reshape([-1, 1]), self._ones_scores[:rows], self._ones_lens[:rows]  # [rows, 1]
 
     def _top_p_candidates(self, out: SamplerOutput, meta: ForwardMeta, verify: VerifyInputs):
         cand = ops.top_p_candidates(out.probs, verify.top_p, meta.batch_id_per_token_output,
@@ -86,7 +87,7 @@ class SpeculativeSampler:
 
     def __call__(self, logits: paddle.Tensor, meta: ForwardMeta, sampling: SamplingMetadata,
                  verify: VerifyInputs, all_greedy: bool = False) -> VerifyOutput:
-        """Args: logits [output_capacity, V] float32 (rows past T_out ignored); all_greedy: every slot is
+        """Args: logits [meta.logit_rows, V] float32 (rows past T_out ignored); all_greedy: every slot is
         greedy (host knowledge; skips the draw). Returns what verification emitted."""
         if self.reasoning is not None:
             ops.reasoning_phase_token_constraint(

@@ -66,6 +66,8 @@ class SuffixProposer(Proposer):
     host. Reads host mirrors only: no device value is read.
     """
 
+    reads_draft_budget = True
+
     def __init__(self, config: WorkerConfig):
         spec = config.speculative_config
         self.k = spec.num_speculative_tokens

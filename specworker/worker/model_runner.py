@@ -149,6 +149,13 @@ class ModelRunner:
         k_b = self.share_inputs["policy_draft_len_cpu"].numpy()[slots]
         return int(np.minimum(k_b + 1, self.config.speculative_config.max_draft_token_num).sum())
 
+    def _logit_row_bound(self) -> int:
+        """Logit rows this step needs at most (ForwardMeta.logit_rows): 1 per slot given a prefill chunk, the
+        decode bound for every other occupied slot (paused ones included: a bound, not a count)."""
+        decode = [slot for slot, req_id in enumerate(self.input_batch.req_ids)
+                  if req_id is not None and slot not in self._prefill_slots]
+        return len(self._prefill_slots) + self.decode_token_bound(decode)
+
     # ---- the step ----
     def step(self, token_num: int, *, all_greedy: bool = False, num_logprobs: int | None = None) -> StepOutput:
         """One engine step. token_num: host bound on the packed tokens (chunk lengths + D per decode slot);
@@ -208,17 +215,19 @@ class ModelRunner:
         return live, drafted
 
     def _choose_draft_lens(self, step: PolicyStep) -> np.ndarray:
-        """The policy's k_b -> policy_draft_len (an upload when it changed; no read), then the budget the
-        proposers cap by: the policy owns actual_draft_token_nums, or (fixed) caps speculate_update's."""
+        """The policy's k_b -> policy_draft_len (an upload when it changed; no read), then the budget of a
+        proposer that caps by it (reads_draft_budget): the policy owns actual_draft_token_nums, or (fixed)
+        caps speculate_update's. MTP caps by policy_draft_len itself: nothing more runs."""
         draft_lens = self.policy.choose(step)
         b, mirror = self._buffers, self.share_inputs["policy_draft_len_cpu"]
         if not np.array_equal(mirror.numpy(), draft_lens):  # the mirror: what the device holds
             values = draft_lens.astype(np.int32)
             b.policy_draft_len.set_value(values)
             mirror.set_value(values)
-        if self.policy.owns_budget:
+        if self.proposer.reads_draft_budget and self.policy.owns_budget:
             paddle.assign(b.policy_draft_len, output=b.actual_draft_token_nums)
-        elif (draft_lens[step.live] < self.policy.k_max).any():  # a per-request override under fixed
+        elif self.proposer.reads_draft_budget and (draft_lens[step.live] < self.policy.k_max).any():
+            # a per-request override under fixed
             paddle.assign(paddle.minimum(b.actual_draft_token_nums, b.policy_draft_len),
                           output=b.actual_draft_token_nums)
         return draft_lens
@@ -228,7 +237,8 @@ class ModelRunner:
         meta = pre_process(
             input_ids=b.input_ids, seq_lens_this_time=b.seq_lens_this_time, seq_lens_encoder=b.seq_lens_encoder,
             seq_lens_decoder=b.seq_lens_decoder, token_num_cpu=max(token_num, 1), draft_tokens=b.draft_tokens,
-            layout_version=self.input_batch.layout_version, step_buffers=self.share_inputs)
+            layout_version=self.input_batch.layout_version, step_buffers=self.share_inputs,
+            logit_rows_cpu=self._logit_row_bound())
         if self.config.debug_checks:
             meta.check()
         return meta

@@ -273,7 +273,8 @@ def test_forward_meta_rejects_stale_layout():
 
 
 def test_gather_logit_rows_uses_output_side():
-    """Decode rows take their own token's hidden row; prefill takes the last prompt token."""
+    """Decode rows take their own token's hidden row; prefill takes the last prompt token; the rows are the
+    logit_rows = min(token_num, B * D) = 7 bound on T_out = 4, not the capacity 9."""
     batch_lens = np.array([3, 0, 4], np.int32)
     meta = pre_process(
         input_ids=_t(np.arange(12, dtype=np.int64).reshape(3, 4)),
@@ -284,5 +285,6 @@ def test_gather_logit_rows_uses_output_side():
         draft_tokens=_t(np.array([[7, 8, 9], [-1] * 3, [-1] * 3], np.int64)),
     )
     hidden = paddle.to_tensor(np.arange(7, dtype=np.float32)[:, None] * np.ones((1, 2), np.float32))
+    assert (meta.output_capacity, meta.logit_rows) == (9, 7)
     rows = gather_logit_rows(hidden, meta).numpy()
-    np.testing.assert_array_equal(rows[:, 0], [0, 1, 2, 6, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(rows[:, 0], [0, 1, 2, 6, 0, 0, 0])

@@ -1,6 +1,8 @@
 """NgramProposer: drafts from the target batch's own history (prompt_ids + pre_ids), which moves with the
 slot on swap / condense / reorder; wired by model_loading for method ngram."""
 
+import dataclasses
+
 import numpy as np
 import paddle
 import pytest
@@ -36,8 +38,12 @@ def _batch_with(slots: dict) -> InputBatch:
     return batch
 
 
-def _run(batch) -> None:
-    NgramProposer(batch.config.speculative_config).run(ProposerInputs.from_share_inputs(batch.share_inputs))
+def _run(batch, max_draft_len: int | None = None) -> None:
+    """The proposer as the runner calls it: max_draft_len = the largest k_b of the step (default k)."""
+    spec = batch.config.speculative_config
+    k = spec.num_speculative_tokens if max_draft_len is None else max_draft_len
+    inputs = dataclasses.replace(ProposerInputs.from_share_inputs(batch.share_inputs), max_draft_len=k)
+    NgramProposer(spec).run(inputs)
 
 
 def _assert_drafts(batch, slots: dict):
@@ -70,6 +76,16 @@ def test_ngram_proposer_history_follows_swap_condense_and_reorder():
     batch.write_row(2, {"seq_lens_encoder": 0})
     _run(batch)
     _assert_drafts(batch, {0: "c", 1: "b", 2: "a"})
+
+
+def test_ngram_proposer_skips_the_search_when_no_slot_may_draft():
+    """max_draft_len = 0 (every live slot at k_b = 0): no drafts, running slots feed 1 token, paused ones 0."""
+    batch = _batch_with({0: "a", 1: "b"})
+    batch.write_row(1, {"is_block_step": True})
+    before = batch.share_inputs["draft_tokens"].numpy().copy()
+    _run(batch, max_draft_len=0)
+    np.testing.assert_array_equal(batch.share_inputs["seq_lens_this_time"].numpy()[:2], [1, 0])
+    np.testing.assert_array_equal(batch.share_inputs["draft_tokens"].numpy(), before)
 
 
 def test_ngram_proposer_respects_adaptive_budget_and_paused_slots():

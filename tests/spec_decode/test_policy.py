@@ -131,6 +131,29 @@ def test_adaptive_explores_each_k_for_a_hold_then_uses_the_table():
     assert seen[8:] == [1] * 4
 
 
+def test_adaptive_explores_less_often_while_the_choice_holds():
+    """Steps 0-7 build the table (K = 0, 0, 1, 1, ...); then a neighbour (K = 0) is explored at step 8 (8 steps
+    after the start), 24 (16 later: the first exploration confirmed K = 1, which costs 1.5x and brings 0.9
+    tokens), 56 and 88 (32 later: capped at `explore_max`); when the costs change so that K = 0 wins, the interval
+    is back to `explore_every`."""
+    policy = AdaptivePolicy(1, 1, has_substeps=True, need=2, hold=2, explore_every=8, explore_max=32)
+
+    def run(steps, k1_factor):
+        seen, intervals = [], []
+        for _ in range(steps):
+            cost = StepCost(num_slots=1, num_drafts=policy.last_k, num_substeps=policy.last_k,
+                            seconds=0.01 * (1 + k1_factor * policy.last_k))
+            seen.append(int(policy.choose(_step([True], drafted=[1], emitted=[2], cost=cost))[0]))
+            intervals.append(policy.explore_interval)
+        return seen, intervals
+
+    seen, _ = run(120, 0.5)
+    explored = [i for i in range(8, len(seen)) if seen[i] == 0 and seen[i - 1] == 1]  # K = 0 holds after the table
+    assert explored == [8, 24, 56, 88] and seen[8:10] == [0, 0], explored
+    _, intervals = run(60, 2.0)  # K = 1 now costs 3x: the next exploration (of K = 0) moves the choice to K = 0 ...
+    assert policy.kept_k == 0 and 8 in intervals  # ... and the interval restarts from explore_every
+
+
 def test_build_policy_resolves_the_config():
     mtp = dict(method="mtp", model="builtin:tiny-mtp", num_speculative_tokens=3, num_model_steps=2)
     assert isinstance(build_policy(SpeculativeConfig(**mtp), 4), FixedPolicy)
