@@ -243,9 +243,6 @@ class SpeculativeConfig:
             check(k > steps, f"{s}.num_speculative_tokens", k,
                   f"> num_model_steps = {steps} with mtp_strategy 'with_ngram'",
                   "the n-gram drafts fill the draft slots after the MTP drafts")
-            check(self.verify_strategy != "rejection", f"{s}.verify_strategy", self.verify_strategy,
-                  "greedy, topp or target_match with mtp_strategy 'with_ngram'",
-                  "rejection needs a draft distribution, which n-gram drafts do not have")
 
     # Keys that only one method reads; with any other method they must keep their defaults.
     METHOD_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {

@@ -166,9 +166,6 @@ BAD_CONFIGS = [
         "speculative_config.mtp_strategy", "'with_ngram'", "'default' (or method: mtp)"),
     bad("with_ngram_without_room_after_mtp", {**WITH_NGRAM, "speculative_config.num_model_steps": 3},
         "speculative_config.num_speculative_tokens", "3", "> num_model_steps = 3 with mtp_strategy 'with_ngram'"),
-    bad("with_ngram_with_rejection", {**WITH_NGRAM, "speculative_config.verify_strategy": "rejection"},
-        "speculative_config.verify_strategy", "'rejection'",
-        "greedy, topp or target_match with mtp_strategy 'with_ngram'"),
     bad("with_ngram_min_above_max", {**WITH_NGRAM, "speculative_config.min_ngram_size": 4},
         "speculative_config.max_ngram_size", "3", "min_ngram_size = 4..64"),
     bad("with_ngram_max_size_above_64", {**WITH_NGRAM, "speculative_config.max_ngram_size": 65},
@@ -300,6 +297,8 @@ def test_with_ngram_config_defaults_and_values():
     spec = config_from_dict(patched({**WITH_NGRAM, **sizes})).speculative_config
     assert (spec.max_ngram_size, spec.min_ngram_size) == (5, 2)
     assert not config_from_dict(patched({})).speculative_config.with_ngram  # mtp_strategy default
+    rejection = {**WITH_NGRAM, "speculative_config.verify_strategy": "rejection"}  # one-hot n-gram draft probs
+    assert config_from_dict(patched(rejection)).speculative_config.verify_strategy == "rejection"
     shipped = load_config(REPO / "configs" / "mtp_tiny_with_ngram.yaml").speculative_config
     assert (shipped.method, shipped.mtp_strategy, shipped.num_model_steps, shipped.num_speculative_tokens) == (
         "mtp", "with_ngram", 2, 3)

@@ -67,6 +67,7 @@ class MTPProposer(Proposer):
         # cu_seqlens_q_output for draft_model_update when `tokens` holds one row per slot
         self._one_row_per_slot = paddle.arange(config.scheduler.max_num_seqs + 1, dtype="int32").to(place)
         self._draft_cols = paddle.arange(self.k, dtype="int32").unsqueeze(0).to(place)  # [1, k]: column j + 1
+        self._vocab_ids = paddle.arange(arch.vocab_size, dtype="int64").to(place)  # [V]: one-hot n-gram drafts
         self._prefilled = False  # a chunk was written this step: substep 0 must run (the draft prefills it)
 
     # ---- row moves (the draft batch follows the target's) and host writes, between steps ----
@@ -165,6 +166,18 @@ class MTPProposer(Proposer):
             t.prompt_ids, t.prompt_lens, t.pre_ids, t.step_idx, t.actual_draft_token_nums, t.draft_tokens,
             t.seq_lens_this_time, t.seq_lens_decoder, t.max_dec_len, max_ngram_size, min_ngram_size, self.k,
             self.num_model_steps, seq_lens_encoder=t.seq_lens_encoder)
+        if self.sample_drafts:
+            self._one_hot_ngram_probs(t)
+
+    def _one_hot_ngram_probs(self, t: ProposerInputs) -> None:
+        """Under rejection verification an n-gram draft x was proposed with certainty: q = one-hot(x), so it is
+        accepted with probability p(x) and a rejection draws from normalize(p - q), which keeps the target's
+        distribution exactly (docs/spec.md §5.8). Columns num_model_steps.. of draft_probs; a column without a
+        draft (-1) gets zeros and is not read."""
+        drafts = t.draft_tokens[:, 1 + self.num_model_steps:1 + self.k]  # [N, k - m]
+        probs = self.buffers["draft_probs"]
+        probs[:, self.num_model_steps:] = (self._vocab_ids == drafts.unsqueeze(-1)).astype("float32")
+
     def _cap_drafts(self, t: ProposerInputs) -> None:
         """Per slot: drafts past policy_draft_len[b] become -1 and L_b = min(L_b, 1 + policy_draft_len[b])."""
         keep = self._draft_cols < t.policy_draft_len.unsqueeze(1)  # [N, k]
