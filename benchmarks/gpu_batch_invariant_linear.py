@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.timing import stream_ptr, time_events, time_graph  # noqa: E402
 from kernel_harness import ptr, raw_launcher, require_gpu_or_exit  # noqa: E402
-from tests.reference.batch_invariant_linear import ref_batch_invariant_linear_fp32_order  # noqa: E402
+from reference.batch_invariant_linear import ref_batch_invariant_linear_fp32_order  # noqa: E402
 
 # tiny model: decode / verify lm_head, prefill MLP; then a 7B-sized projection for scale.
 SHAPES = [(1, 128, 259), (4, 128, 259), (64, 128, 384), (64, 384, 128), (2048, 128, 384), (4096, 4096, 4096)]

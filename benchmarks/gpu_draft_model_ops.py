@@ -5,7 +5,7 @@ same-run device copy of the same bytes.
 Runs on a GPU machine with nvcc + CuPy (no Paddle): the kernels are built by kernel_harness.
     python3 benchmarks/gpu_draft_model_ops.py [--out benchmarks/results/gpu_draft_model_ops.json]
 
-Rounds come from tests/mtp_cases.make_round_state (decode-only with k = 1 and 3, and a mix with
+Rounds come from reference.cases.mtp_round_state.make_round_state (decode-only with k = 1 and 3, and a mix with
 prefills of up to 64 tokens), bsz 64 .. 5000, H = 7168 bf16 (moved as uint16: the kernel only copies bytes).
 "with host read" adds the blocking read of the row count that FastDeploy [A]/[B] did after its
 gather (to size the output); ours sizes the output from the bound T and keeps the count on the device.
@@ -24,9 +24,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.timing import stream_ptr, time_events, time_graph  # noqa: E402
 from kernel_harness import ptr, raw_launcher, require_gpu_or_exit  # noqa: E402
-from tests.mtp_cases import make_round_state  # noqa: E402
-from tests.reference.draft_model_preprocess import ref_draft_model_preprocess  # noqa: E402
-from tests.reference.eagle_get_hidden_states import ref_eagle_get_hidden_states  # noqa: E402
+from reference.cases.mtp_round_state import make_round_state  # noqa: E402
+from reference.draft_model_preprocess import ref_draft_model_preprocess  # noqa: E402
+from reference.eagle_get_hidden_states import ref_eagle_get_hidden_states  # noqa: E402
 
 ROW_BUFFERS = ("draft_tokens", "input_ids", "pre_ids", "accept_tokens", "target_model_draft_tokens")
 

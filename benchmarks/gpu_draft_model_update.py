@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests import draft_cases as dc  # noqa: E402
+from reference.cases import draft_state as dc  # noqa: E402
 from benchmarks.timing import stream_ptr, time_events, time_graph  # noqa: E402
 from kernel_harness import ptr, raw_launcher, require_gpu_or_exit  # noqa: E402
-from tests.reference.draft_model_update import STATE_KEYS  # noqa: E402
+from reference.draft_model_update import STATE_KEYS  # noqa: E402
 
 
 

@@ -6,7 +6,7 @@ the same lookup (sliding-window compares over every slot's padded history, no ho
 
 Needs a CUDA GPU, nvcc, CuPy (the kernels are built by kernel_harness) and PyTorch; no Paddle.
 Every configuration first checks that our draft_tokens / seq_lens_this_time equal the PyTorch composite's
-on every slot and the numpy reference's (tests/reference/ngram_match.py) on --ref-slots slots; a mismatch
+on every slot and the numpy reference's (reference/ngram_match.py) on --ref-slots slots; a mismatch
 exits with status 1 before anything is timed. The op is idempotent on decode slots (it reads no output
 of its own), so repeated launches time the same work. Times are CUDA-event means over --iters launches
 after --warmup launches, median over --runs runs, eager and as CUDA-graph replays (both are capturable:
@@ -182,7 +182,7 @@ def check_outputs(torch, x: dict, ours: tuple, theirs: tuple, attrs: dict, ref_s
     result = {"drafts_equal": bool(torch.equal(ours[0], theirs[0])), "lens_equal": bool(torch.equal(ours[1], theirs[1]))}
     result["ok"] = result["drafts_equal"] and result["lens_equal"]
     if ref_slots > 0:
-        from tests.reference.ngram_match import ref_ngram_match
+        from reference.ngram_match import ref_ngram_match
 
         r = min(ref_slots, x["seq_lens_this_time"].shape[0])
         state = {k: x[k][:r].cpu().numpy() for k in ARGS}

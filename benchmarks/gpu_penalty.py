@@ -241,7 +241,7 @@ def check_outputs(torch, cfg: dict, ours, theirs, inputs_before: dict, ref_rows:
     result["tolerance"] = tol
     result["ok"] = bool(torch.allclose(a, t, **tol)) and result["nonfinite_mismatch"] == 0
     if ref_rows > 0:
-        from tests.reference.speculate_get_token_penalty_multi_scores import (
+        from reference.speculate_get_token_penalty_multi_scores import (
             ref_speculate_get_token_penalty_multi_scores,
         )
 

@@ -23,9 +23,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.timing import stream_ptr, time_events, time_graph  # noqa: E402
 from kernel_harness import ptr, raw_launcher, require_gpu_or_exit  # noqa: E402
-from tests.reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx  # noqa: E402
-from tests.reference.speculate_update import ref_speculate_update  # noqa: E402
-from tests.state_cases import make_post_verify_state  # noqa: E402
+from reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx  # noqa: E402
+from reference.speculate_update import ref_speculate_update  # noqa: E402
+from reference.cases.post_verify_state import make_post_verify_state  # noqa: E402
 
 UPDATE_ARGS = ("seq_lens_encoder", "seq_lens_decoder", "not_need_stop", "draft_tokens", "actual_draft_token_nums",
                "accept_tokens", "accept_num", "stop_flags", "seq_lens_this_time", "is_block_step", "stop_nums",

@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kernel_harness import raw_launcher, require_gpu_or_exit as require_kernels  # noqa: E402
-from tests.reference.top_p_candidates import ref_top_p_candidates  # noqa: E402
+from reference.top_p_candidates import ref_top_p_candidates  # noqa: E402
 
 P = ctypes.c_void_p
 QWEN_VOCAB = 151936

@@ -1,7 +1,7 @@
 """hybrid_mtp_ngram inputs shared by tests/ops and tests/gpu: hand-worked three-slot cases and random batch
 states after the MTP draft loop. Plain numpy (the GPU machine has no Paddle).
 
-A state is a dict keyed by the op's argument names (tests/reference/hybrid_mtp_ngram.py STATE_KEYS). As in
+A state is a dict keyed by the op's argument names (reference/hybrid_mtp_ngram.py STATE_KEYS). As in
 tests/ngram_cases.py, buffers hold junk wherever the op must not read or write: draft_tokens columns after
 the MTP drafts and whole rows of slots that are not extended, so a wrong read or a missed write shows.
 """

@@ -1,7 +1,7 @@
 """ngram_match inputs shared by tests/ops, tests/gpu and the benchmark: hand-worked three-slot cases
 and random batch states. Plain numpy (the GPU machine has no Paddle).
 
-A state is a dict keyed by the op's argument names (tests/reference/ngram_match.py STATE_KEYS).
+A state is a dict keyed by the op's argument names (reference/ngram_match.py STATE_KEYS).
 Buffers hold junk wherever the op must not read (prompt past input_ids_len, pre_ids column 0 and
 past step_idx, rows past bsz) and draft_tokens / seq_lens_this_time start as junk, so a wrong
 read or a missed write shows.

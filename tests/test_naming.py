@@ -26,7 +26,7 @@ def _python_identifiers(path: Path):
 
 
 def _code_files():
-    for folder in ("specworker", "tests", "benchmarks", "custom_ops"):
+    for folder in ("specworker", "tests", "benchmarks", "custom_ops", "reference", "kernel_harness", "tools"):
         for p in (ROOT / folder).rglob("*"):
             if p.suffix in (".py", ".cc", ".cu", ".h", ".cuh") and p.name != Path(__file__).name:
                 yield p

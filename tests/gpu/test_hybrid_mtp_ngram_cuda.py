@@ -7,7 +7,7 @@ import pytest
 
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from tests.hybrid_cases import HYBRID_CASES, KINDS, NGRAM_SIZES, WIDTHS, all_cases, literal_state, make_hybrid_state
-from tests.reference.hybrid_mtp_ngram import ref_hybrid_mtp_ngram
+from reference.hybrid_mtp_ngram import ref_hybrid_mtp_ngram
 
 cp = require_gpu()
 launch = launcher("specworker_hybrid_mtp_ngram_launch")

@@ -7,7 +7,7 @@ from tests.ngram_case_tests import (  # noqa: F401  written once, also run on th
     WRITES, assert_state_equal, test_ngram_match_literal, test_ngram_match_matches_reference,
 )
 from tests.ngram_cases import KINDS, NGRAM_CASES, NGRAM_SIZES, literal_state, make_ngram_state
-from tests.reference.ngram_match import ref_ngram_match
+from reference.ngram_match import ref_ngram_match
 
 cp = require_gpu()
 launch = launcher("specworker_ngram_match_launch")

@@ -4,12 +4,12 @@ import pytest
 
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from tests.gpu.test_speculate_update_cuda import run_kernel as run_update_kernel
-from tests.reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx
-from tests.reference.speculate_update import ref_speculate_update
+from reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx
+from reference.speculate_update import ref_speculate_update
 from tests.set_value_case_tests import (  # noqa: F401  written once, also run on the Paddle op
     WRITES, test_speculate_set_value_by_flags_and_idx_literal, test_speculate_set_value_by_flags_and_idx_matches_reference,
 )
-from tests.state_cases import KINDS, run_rounds, start_batch
+from reference.cases.post_verify_state import KINDS, run_rounds, start_batch
 from tests.update_literals import SET_VALUE_CASES
 
 cp = require_gpu()
@@ -84,7 +84,7 @@ def test_speculate_set_value_by_flags_and_idx_cuda_launcher_rejects_negative_bsz
 @pytest.mark.parametrize("num_slots, num_draft, seed", [(3, 2, 1), (257, 3, 2), (5000, 4, 3)])
 def test_speculate_state_rounds_cuda_history_matches_emitted_tokens(num_slots, num_draft, seed):
     """Both kernels over 12 engine steps, checked each round against the composed references
-    and SPEC's invariants (tests/state_cases.py check_round_invariants)."""
+    and SPEC's invariants (reference/cases/post_verify_state.py check_round_invariants)."""
     state, meta = start_batch(np.random.default_rng(seed), num_slots, num_draft, max_model_len=24, max_dec_len=40)
     ref_state, ref_meta = start_batch(np.random.default_rng(seed), num_slots, num_draft, max_model_len=24,
                                       max_dec_len=40)

@@ -7,7 +7,7 @@ from tests.speculate_update_case_tests import (  # noqa: F401  written once, als
     test_speculate_update_literal, test_speculate_update_matches_reference, test_speculate_update_not_need_stop_boundary,
     test_speculate_update_without_mask_rollback,
 )
-from tests.state_cases import KINDS, make_post_verify_state
+from reference.cases.post_verify_state import KINDS, make_post_verify_state
 from tests.update_literals import UPDATE_CASES
 
 cp = require_gpu()

@@ -5,8 +5,8 @@ import pytest
 from specworker.model_executor.ops import hybrid_mtp_ngram, ngram_match
 from tests import hybrid_cases as hc
 from tests.hybrid_cases import HYBRID_CASES, KINDS, NGRAM_SIZES, WIDTHS, all_cases, literal_state, make_hybrid_state
-from tests.reference.hybrid_mtp_ngram import ref_hybrid_mtp_ngram
-from tests.reference.ngram_match import ref_ngram_match
+from reference.hybrid_mtp_ngram import ref_hybrid_mtp_ngram
+from reference.ngram_match import ref_ngram_match
 
 ARGS = ("input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num", "draft_tokens", "seq_lens_this_time",
         "seq_lens_decoder", "max_dec_len")

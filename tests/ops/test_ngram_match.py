@@ -7,7 +7,7 @@ from tests.ngram_case_tests import (  # noqa: F401  written once, also run on th
     WRITES, assert_state_equal, test_ngram_match_literal, test_ngram_match_matches_reference,
 )
 from tests.ngram_cases import KINDS, NGRAM_CASES, NGRAM_SIZES, all_cases, literal_state, make_ngram_state
-from tests.reference.ngram_match import ref_ngram_match
+from reference.ngram_match import ref_ngram_match
 
 ARGS = ("input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num", "draft_tokens", "seq_lens_this_time",
         "seq_lens_encoder", "seq_lens_decoder", "max_dec_len")

@@ -1,4 +1,5 @@
-"""Randomized step batches shared by the CPU op tests (tests/ops) and the CUDA tests (tests/gpu).
+"""Randomized step batches shared by the CPU op tests (tests/ops), the CUDA tests (tests/gpu)
+and benchmarks/gpu_pre_process.py.
 
 Plain numpy only (the GPU machine has no Paddle). A batch is what pre_process sees for one
 engine step: per-slot lengths and the padded token buffers the packed ids are read from.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.reference.ngram_match import MAX_NGRAM_SIZE, NO_TOKEN, find_drafts, slot_history
+from reference.ngram_match import MAX_NGRAM_SIZE, NO_TOKEN, find_drafts, slot_history
 
 STATE_KEYS = (
     "input_ids",  # [N, S_in] int64, the prompt: [b, :input_ids_len[b]]
