@@ -1,20 +1,24 @@
-"""The standalone hybrid_mtp_ngram CUDA kernel against the numpy reference: the CPU test's literal and
-randomized cases (tests/hybrid_cases.py), plus sizes only a GPU run makes interesting."""
+"""The standalone hybrid_mtp_ngram CUDA kernel against the numpy reference: the tests shared with the CPU op
+(tests/hybrid_case_tests.py, on the cases of tests/hybrid_cases.py), plus sizes only a GPU run makes
+interesting."""
 
 
 import numpy as np
 import pytest
 
-from tests.gpu.harness import launcher, ptr, require_gpu, stream
-from tests.hybrid_cases import HYBRID_CASES, KINDS, NGRAM_SIZES, WIDTHS, all_cases, literal_state, make_hybrid_state
 from reference.hybrid_mtp_ngram import ref_hybrid_mtp_ngram
+from tests.gpu.harness import launcher, ptr, require_gpu, stream
+from tests.hybrid_case_tests import (  # noqa: F401  written once, also run on the Paddle op
+    WRITES, assert_state_equal, test_hybrid_mtp_ngram_literal, test_hybrid_mtp_ngram_matches_reference,
+    test_hybrid_mtp_ngram_matches_reference_other_widths,
+)
+from tests.hybrid_cases import HYBRID_CASES, KINDS, NGRAM_SIZES, all_cases, literal_state, make_hybrid_state
 
 cp = require_gpu()
 launch = launcher("specworker_hybrid_mtp_ngram_launch")
 
 ARGS = ("input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num", "draft_tokens", "seq_lens_this_time",
         "seq_lens_decoder", "max_dec_len", "seq_lens_encoder")
-WRITES = ("draft_tokens", "seq_lens_this_time")
 GUARD = 16  # rows past each written buffer's end that the kernel must leave untouched
 CANARY = -7777
 
@@ -48,37 +52,19 @@ def run_kernel(state: dict, *, max_ngram_size: int, min_ngram_size: int, max_dra
     return out
 
 
-def assert_state_equal(got: dict, want: dict):
-    for k in WRITES:
-        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/hybrid_case_tests.py): the kernel, GUARD checked."""
+    return run_kernel
 
 
-@pytest.mark.parametrize("name, state, attrs, expected", HYBRID_CASES, ids=[c[0] for c in HYBRID_CASES])
-def test_hybrid_mtp_ngram_cuda_literal(name, state, attrs, expected):
-    got = run_kernel(state, **attrs)
-    for k, v in expected.items():
-        np.testing.assert_array_equal(got[k], np.asarray(v), err_msg=f"{name}: {k}")
-
-
-@pytest.mark.parametrize("bsz, kind, sizes, seed", all_cases())
-def test_hybrid_mtp_ngram_cuda_matches_reference(bsz, kind, sizes, seed):
-    """The CPU test's random cases (same seeds), the encoder input given and omitted."""
-    for with_encoder in (True, False):
-        state = make_hybrid_state(np.random.default_rng(seed), bsz, kind, extra_rows=seed % 3,
-                                  with_encoder=with_encoder)
-        attrs = dict(max_ngram_size=sizes[0], min_ngram_size=sizes[1], max_draft_tokens=3, num_model_steps=2)
-        assert_state_equal(run_kernel(state, **attrs), ref_hybrid_mtp_ngram(state, **attrs))
-
-
-@pytest.mark.parametrize("num_draft, steps", WIDTHS, ids=[f"k{k}_s{s}" for k, s in WIDTHS])
-@pytest.mark.parametrize("max_draft_tokens", [None, 1, 7])
-def test_hybrid_mtp_ngram_cuda_other_widths(num_draft, steps, max_draft_tokens):
-    for seed, kind in enumerate(("mixed", "repetitive", "near_max_dec_len", "chains_cut_short")):
-        state = make_hybrid_state(np.random.default_rng(seed), 17, kind, num_draft=num_draft, num_model_steps=steps,
-                                  extra_rows=2)
-        attrs = dict(max_ngram_size=3, min_ngram_size=1, num_model_steps=steps,
-                     max_draft_tokens=num_draft if max_draft_tokens is None else max_draft_tokens)
-        assert_state_equal(run_kernel(state, **attrs), ref_hybrid_mtp_ngram(state, **attrs))
+@pytest.fixture(params=[(bsz, kind, sizes, seed, with_encoder, False) for bsz, kind, sizes, seed in all_cases()
+                        for with_encoder in (True, False)],
+                ids=lambda p: f"{p[0]}-{p[1]}-{p[2][0]}-{p[2][1]}-{p[3]}-{'encoder' if p[4] else 'no_encoder'}")
+def reference_grid(request):
+    """(bsz, kind, sizes, seed, with_encoder, column): the CPU test's random cases (same seeds), the encoder
+    input given and omitted (NULL)."""
+    return request.param
 
 
 @pytest.mark.parametrize("kind", KINDS)
