@@ -13,7 +13,7 @@ import pytest
 from kernel_harness import gpu_unavailable_reason, kernels_lib, launcher, ptr, raw_launcher, stream
 
 __all__ = ["CANARY", "GUARD", "gpu_unavailable_reason", "guarded", "kernels_lib", "launcher", "ptr", "raw_launcher",
-           "require_gpu", "stream", "unguarded"]
+           "require_gpu", "state_to_device", "stream", "unguarded"]
 
 GUARD = 16  # rows past a written buffer's end that the kernel must leave untouched
 CANARY = -7777  # what those rows hold
@@ -41,3 +41,17 @@ def unguarded(cp, d, name: str, like=None) -> np.ndarray:
     a = cp.asnumpy(d)
     assert (a[-GUARD:] == CANARY).all(), f"{name} written past its end"
     return a[:-GUARD] if like is None else a[:-GUARD].reshape(np.shape(like))
+
+
+def state_to_device(cp, state: dict, keys, writes, matrices) -> dict:
+    """Device copies of state[k] for each k in keys, in the kernel's argument order: None (an omitted optional
+    input) stays None, so ptr() passes NULL; the 2-D buffers named in `matrices` keep their shape and every
+    other input goes flat (FastDeploy's [bsz, 1] per-slot columns too); the buffers in `writes` get the guard."""
+    d = {}
+    for k in keys:
+        v = state.get(k)
+        if v is not None:
+            v = np.asarray(v) if k in matrices else np.reshape(v, -1)
+            v = guarded(cp, v) if k in writes else cp.asarray(v)
+        d[k] = v
+    return d

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from reference.hybrid_mtp_ngram import ref_hybrid_mtp_ngram
-from tests.gpu.harness import guarded, launcher, ptr, require_gpu, stream, unguarded
+from tests.gpu.harness import launcher, ptr, require_gpu, state_to_device, stream, unguarded
 from tests.hybrid_case_tests import (  # noqa: F401  written once, also run on the Paddle op
     WRITES, assert_state_equal, test_hybrid_mtp_ngram_literal, test_hybrid_mtp_ngram_matches_reference,
     test_hybrid_mtp_ngram_matches_reference_other_widths,
@@ -25,15 +25,7 @@ def run_kernel(state: dict, *, max_ngram_size: int, min_ngram_size: int, max_dra
                num_model_steps: int) -> dict:
     """Runs the kernel on a numpy state (seq_lens_encoder absent = NULL); returns the new state."""
     bsz = np.asarray(state["seq_lens_this_time"]).size
-    d = {}
-    for k in ARGS:
-        v = state.get(k)
-        if v is None:
-            d[k] = None
-        elif k in WRITES:
-            d[k] = guarded(cp, v if k == "draft_tokens" else np.reshape(v, -1))
-        else:
-            d[k] = cp.asarray(v if k in ("input_ids", "pre_ids") else np.reshape(v, -1))
+    d = state_to_device(cp, state, ARGS, WRITES, matrices=("input_ids", "pre_ids", "draft_tokens"))
     launch(*(ptr(d[k]) for k in ARGS), bsz, state["input_ids"].shape[1], state["pre_ids"].shape[1],
            state["draft_tokens"].shape[1], max_ngram_size, min_ngram_size, max_draft_tokens, num_model_steps,
            stream())

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tests.gpu.harness import guarded, launcher, ptr, require_gpu, stream, unguarded
+from tests.gpu.harness import launcher, ptr, require_gpu, state_to_device, stream, unguarded
 from tests.ngram_case_tests import (  # noqa: F401  written once, also run on the Paddle op
     WRITES, assert_state_equal, test_ngram_match_literal, test_ngram_match_matches_reference,
 )
@@ -20,15 +20,7 @@ def run_kernel(state: dict, *, max_ngram_size: int, max_draft_tokens: int, min_n
                bsz: int | None = None) -> dict:
     """Runs the kernel on a numpy state (is_block_step absent = NULL); returns the new state."""
     bsz = len(state["seq_lens_this_time"]) if bsz is None else bsz
-    d = {}
-    for k in ARGS:
-        v = state.get(k)
-        if v is None:
-            d[k] = None
-        elif k in WRITES:
-            d[k] = guarded(cp, v if k == "draft_tokens" else np.reshape(v, -1))
-        else:
-            d[k] = cp.asarray(v if v.ndim == 2 and k in ("input_ids", "pre_ids") else np.reshape(v, -1))
+    d = state_to_device(cp, state, ARGS, WRITES, matrices=("input_ids", "pre_ids", "draft_tokens"))
     launch(*(ptr(d[k]) for k in ARGS), bsz, state["input_ids"].shape[1], state["pre_ids"].shape[1],
            state["draft_tokens"].shape[1], max_ngram_size, max_draft_tokens, min_ngram_size, stream())
     out = dict(state)

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tests.gpu.harness import guarded, launcher, ptr, require_gpu, stream, unguarded
+from tests.gpu.harness import launcher, ptr, require_gpu, state_to_device, stream, unguarded
 from tests.gpu.test_speculate_update_cuda import run_kernel as run_update_kernel
 from reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx
 from reference.speculate_update import ref_speculate_update
@@ -22,11 +22,7 @@ ARGS = ("pre_ids", "accept_tokens", "accept_num", "stop_flags", "seq_lens_encode
 def run_kernel(state: dict, bsz: int | None = None) -> dict:
     """Runs the kernel on a numpy state; returns the new state (bsz = len(seq_lens_this_time))."""
     bsz = len(np.reshape(state["seq_lens_this_time"], -1)) if bsz is None else bsz
-    d = {}
-    for k in ARGS:
-        v = np.asarray(state[k])
-        v = v if k in ("pre_ids", "accept_tokens") else v.reshape(-1)
-        d[k] = guarded(cp, v) if k in WRITES else cp.asarray(v)
+    d = state_to_device(cp, state, ARGS, WRITES, matrices=("pre_ids", "accept_tokens"))
     launch(*(ptr(d[k]) for k in ARGS), bsz, state["pre_ids"].shape[1], state["accept_tokens"].shape[1], stream())
     out = dict(state)
     for k in WRITES:

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tests.gpu.harness import GUARD, guarded, launcher, ptr, require_gpu, stream, unguarded
+from tests.gpu.harness import GUARD, launcher, ptr, require_gpu, state_to_device, stream, unguarded
 from tests.speculate_update_case_tests import (  # noqa: F401  written once, also run on the Paddle op
     test_speculate_update_literal, test_speculate_update_matches_reference, test_speculate_update_not_need_stop_boundary,
     test_speculate_update_without_mask_rollback,
@@ -27,17 +27,8 @@ def run_kernel(state: dict, bsz: int | None = None, num_slots: int | None = None
     bsz = len(state["seq_lens_this_time"]) if bsz is None else bsz
     num_slots = len(state["stop_flags"]) if num_slots is None else num_slots
     width = state["draft_tokens"].shape[1] if width is None else width
-    d = {}
-    for k in ARGS:
-        v = state.get(k)
-        if v is None:
-            d[k] = None
-        elif k in WRITES:
-            d[k] = guarded(cp, v if k == "draft_tokens" else np.reshape(v, -1))
-        elif k == "not_need_stop":
-            d[k] = cp.asarray(np.array([int(v[0])] + [FLAG_CANARY] * GUARD, np.uint8))
-        else:
-            d[k] = cp.asarray(v)
+    d = state_to_device(cp, state, ARGS, WRITES, matrices=("draft_tokens", "accept_tokens"))
+    d["not_need_stop"] = cp.asarray(np.array([int(state["not_need_stop"][0])] + [FLAG_CANARY] * GUARD, np.uint8))
     launch(*(ptr(d[k]) for k in ARGS), bsz, num_slots, width, stream())
     out = dict(state)
     for k in WRITES:
