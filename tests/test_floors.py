@@ -29,6 +29,7 @@ FLOORS = {
     "specworker.slot_request": 0,
     "specworker.tokenizer": 0,
     "specworker.hf_tokenizer": 0,
+    "specworker.json_file": 0,
     "specworker.data": 0,
     "specworker.model_executor.op_build": 0,
     "specworker.model_executor.ops": 0,
