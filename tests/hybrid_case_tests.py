@@ -15,13 +15,7 @@ import pytest
 
 from reference.hybrid_mtp_ngram import ref_hybrid_mtp_ngram
 from tests.hybrid_cases import HYBRID_CASES, WIDTHS, make_hybrid_state, to_column
-
-WRITES = ("draft_tokens", "seq_lens_this_time")
-
-
-def assert_state_equal(got: dict, want: dict):
-    for k in WRITES:
-        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+from tests.ngram_case_tests import WRITES, assert_state_equal  # the same two outputs as ngram_match
 
 
 @pytest.mark.parametrize("name, state, attrs, expected", HYBRID_CASES, ids=[c[0] for c in HYBRID_CASES])

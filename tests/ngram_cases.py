@@ -172,10 +172,10 @@ def _history(rng, kind, length, vocab):
     return rng.integers(0, vocab, size=length).astype(I64)
 
 
-def all_cases():
+def all_cases(kinds=KINDS):
     """(bsz, kind, (max_ngram_size, min_ngram_size), seed) for every batch size x kind x sizes."""
     return [(bsz, kind, sizes, 1000 * i + 100 * j + 10 * k)
-            for i, bsz in enumerate(BATCH_SIZES) for j, kind in enumerate(KINDS)
+            for i, bsz in enumerate(BATCH_SIZES) for j, kind in enumerate(kinds)
             for k, sizes in enumerate(NGRAM_SIZES)]
 
 
