@@ -9,7 +9,7 @@ Shapes are the tiny target model's: the MLP projections at a 64-token prefill ([
 one thread as the op runs (paddle.matmul here is single-threaded too). A Paddle custom op pays a
 fixed dispatch cost per call from Python; "dispatch_floor_us" is our op on [1, 1] x [1, 1], and
 "kernel_est_us" = ours - floor estimates the kernel alone. Before timing, each shape is checked
-bit for bit against the documented float32 order (tests/reference/batch_invariant_linear.py).
+bit for bit against the documented float32 order (reference/batch_invariant_linear.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import paddle
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specworker.model_executor.ops import batch_invariant_linear  # noqa: E402
-from tests.reference.batch_invariant_linear import ref_batch_invariant_linear_fp32_order  # noqa: E402
+from reference.batch_invariant_linear import ref_batch_invariant_linear_fp32_order  # noqa: E402
 
 SHAPES = [(64, 128, 384), (64, 384, 128), (4, 128, 259), (1, 128, 259), (256, 128, 384)]
 

@@ -36,7 +36,7 @@ import paddle
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import cpu_roofline  # noqa: E402
 from specworker.model_executor import op_build, ops  # noqa: E402
-from tests.reference.batch_invariant_linear import ref_batch_invariant_linear_fp32_order  # noqa: E402
+from reference.batch_invariant_linear import ref_batch_invariant_linear_fp32_order  # noqa: E402
 
 SHAPES = [(576, 1728), (576, 576), (576, 3072), (1536, 576), (576, 49152)]
 ROWS = [1, 4, 16, 64]

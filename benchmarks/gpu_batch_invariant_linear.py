@@ -12,18 +12,17 @@ for cuBLAS (ours is 0 by construction and checked).
 
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.bench_cli import device_row, kernel_bench_parser, write_report  # noqa: E402
 from benchmarks.timing import stream_ptr, time_events, time_graph  # noqa: E402
 from kernel_harness import ptr, raw_launcher, require_gpu_or_exit  # noqa: E402
-from tests.reference.batch_invariant_linear import ref_batch_invariant_linear_fp32_order  # noqa: E402
+from reference.batch_invariant_linear import ref_batch_invariant_linear_fp32_order  # noqa: E402
 
 # tiny model: decode / verify lm_head, prefill MLP; then a 7B-sized projection for scale.
 SHAPES = [(1, 128, 259), (4, 128, 259), (64, 128, 384), (64, 384, 128), (2048, 128, 384), (4096, 4096, 4096)]
@@ -67,9 +66,7 @@ def bench(cp, launch, M, K, N, iters):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "gpu_batch_invariant_linear.json"))
-    parser.add_argument("--iters", type=int, default=200)
+    parser = kernel_bench_parser(__doc__, "gpu_batch_invariant_linear", iters=200)
     args = parser.parse_args()
     cp = require_gpu_or_exit()
     launch = raw_launcher("specworker_batch_invariant_linear_launch")
@@ -78,10 +75,8 @@ def main():
         row = bench(cp, launch, M, K, N, args.iters if M * K * N < 1e9 else 20)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    result = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "host": platform.node(),
-              "batch_invariant_linear": rows}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    result = {**device_row(cp), "batch_invariant_linear": rows}
+    write_report(args.out, result)
 
 
 if __name__ == "__main__":

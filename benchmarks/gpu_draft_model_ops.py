@@ -5,7 +5,7 @@ same-run device copy of the same bytes.
 Runs on a GPU machine with nvcc + CuPy (no Paddle): the kernels are built by kernel_harness.
     python3 benchmarks/gpu_draft_model_ops.py [--out benchmarks/results/gpu_draft_model_ops.json]
 
-Rounds come from tests/mtp_cases.make_round_state (decode-only with k = 1 and 3, and a mix with
+Rounds come from reference.cases.mtp_round_state.make_round_state (decode-only with k = 1 and 3, and a mix with
 prefills of up to 64 tokens), bsz 64 .. 5000, H = 7168 bf16 (moved as uint16: the kernel only copies bytes).
 "with host read" adds the blocking read of the row count that FastDeploy [A]/[B] did after its
 gather (to size the output); ours sizes the output from the bound T and keeps the count on the device.
@@ -13,20 +13,18 @@ gather (to size the output); ours sizes the output from the bound T and keeps th
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.bench_cli import device_row, kernel_bench_parser, write_report  # noqa: E402
 from benchmarks.timing import stream_ptr, time_events, time_graph  # noqa: E402
 from kernel_harness import ptr, raw_launcher, require_gpu_or_exit  # noqa: E402
-from tests.mtp_cases import make_round_state  # noqa: E402
-from tests.reference.draft_model_preprocess import ref_draft_model_preprocess  # noqa: E402
-from tests.reference.eagle_get_hidden_states import ref_eagle_get_hidden_states  # noqa: E402
+from reference.cases.mtp_round_state import make_round_state  # noqa: E402
+from reference.draft_model_preprocess import ref_draft_model_preprocess  # noqa: E402
+from reference.eagle_get_hidden_states import ref_eagle_get_hidden_states  # noqa: E402
 
 ROW_BUFFERS = ("draft_tokens", "input_ids", "pre_ids", "accept_tokens", "target_model_draft_tokens")
 
@@ -87,17 +85,14 @@ def bench_round(cp, bsz, kind, k, hidden, iters):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "gpu_draft_model_ops.json"))
-    parser.add_argument("--iters", type=int, default=500)
+    parser = kernel_bench_parser(__doc__, "gpu_draft_model_ops", iters=500)
     parser.add_argument("--hidden", type=int, default=7168)
     args = parser.parse_args()
     cp = require_gpu_or_exit()
     rows = [bench_round(cp, bsz, kind, k, args.hidden, args.iters)
             for bsz in (64, 256, 1024, 5000) for kind, k in (("all_decode", 1), ("all_decode", 3), ("mixed", 3))]
-    result = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "host": platform.node(), "rows": rows}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    result = {**device_row(cp), "rows": rows}
+    write_report(args.out, result)
     print(f"{'bsz':>5} {'kind':>10} {'k':>2} {'T':>6} {'kept':>6} {'pre us':>7} {'pre graph':>9} {'gather us':>9} "
           f"{'graph':>7} {'+host read':>10} {'GB/s':>6} {'copy GB/s':>9}")
     for r in rows:

@@ -12,19 +12,17 @@ in a CUDA graph, which is possible only because nothing in the round syncs.
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests import draft_cases as dc  # noqa: E402
+from benchmarks.bench_cli import device_row, kernel_bench_parser, write_report  # noqa: E402
+from reference.cases import draft_state as dc  # noqa: E402
 from benchmarks.timing import stream_ptr, time_events, time_graph  # noqa: E402
 from kernel_harness import ptr, raw_launcher, require_gpu_or_exit  # noqa: E402
-from tests.reference.draft_model_update import STATE_KEYS  # noqa: E402
+from reference.draft_model_update import STATE_KEYS  # noqa: E402
 
 
 
@@ -74,16 +72,12 @@ def bench_round(cp, bsz, k, iters):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "gpu_draft_model_update.json"))
-    parser.add_argument("--iters", type=int, default=2000)
+    parser = kernel_bench_parser(__doc__, "gpu_draft_model_update", iters=2000)
     args = parser.parse_args()
     cp = require_gpu_or_exit()
     rows = [bench_round(cp, bsz, k, args.iters) for bsz in (1, 64, 256, 1024, 5000) for k in (1, 3)]
-    result = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "host": platform.node(),
-              "draft_round": rows}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    result = {**device_row(cp), "draft_round": rows}
+    write_report(args.out, result)
     print(f"{'bsz':>5} {'k':>2} {'fastdeploy-style us':>20} {'ours us':>9} {'ours graph us':>14} {'ratio':>6} "
           f"{'ratio graph':>11}")
     for r in rows:

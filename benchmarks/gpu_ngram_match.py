@@ -6,7 +6,7 @@ the same lookup (sliding-window compares over every slot's padded history, no ho
 
 Needs a CUDA GPU, nvcc, CuPy (the kernels are built by kernel_harness) and PyTorch; no Paddle.
 Every configuration first checks that our draft_tokens / seq_lens_this_time equal the PyTorch composite's
-on every slot and the numpy reference's (tests/reference/ngram_match.py) on --ref-slots slots; a mismatch
+on every slot and the numpy reference's (reference/ngram_match.py) on --ref-slots slots; a mismatch
 exits with status 1 before anything is timed. The op is idempotent on decode slots (it reads no output
 of its own), so repeated launches time the same work. Times are CUDA-event means over --iters launches
 after --warmup launches, median over --runs runs, eager and as CUDA-graph replays (both are capturable:
@@ -17,7 +17,6 @@ matches, as in code editing); `unique` has no repeated token (no slot matches).
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import json
 import platform
@@ -30,6 +29,10 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from benchmarks.bench_cli import (  # noqa: E402
+    add_repeat_options, check_comma_list, import_torch_baseline, kernel_bench_parser, print_table, write_report,
+)
+from benchmarks.timing import torch_event_runs  # noqa: E402
 
 LAUNCHER = "specworker_ngram_match_launch"
 VOCAB = 32000
@@ -45,21 +48,15 @@ CONFIGS = {
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "gpu_ngram_match.json")
+    p = kernel_bench_parser(__doc__, "gpu_ngram_match", iters=200)
     p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma list of {', '.join(CONFIGS)}")
     p.add_argument("--k", type=int, default=3, help="num_speculative_tokens (D = k + 1)")
     p.add_argument("--max-ngram-size", type=int, default=3)
     p.add_argument("--min-ngram-size", type=int, default=1)
-    p.add_argument("--iters", type=int, default=200)
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--runs", type=int, default=5)
     p.add_argument("--ref-slots", type=int, default=4, help="slots also checked against the numpy reference")
-    p.add_argument("--seed", type=int, default=0)
+    add_repeat_options(p)
     args = p.parse_args(argv)
-    for c in args.configs.split(","):
-        if c not in CONFIGS:
-            p.error(f"--configs: unknown {c!r}; choose from {', '.join(CONFIGS)}")
+    check_comma_list(p, "--configs", args.configs, CONFIGS)
     return args
 
 
@@ -182,7 +179,7 @@ def check_outputs(torch, x: dict, ours: tuple, theirs: tuple, attrs: dict, ref_s
     result = {"drafts_equal": bool(torch.equal(ours[0], theirs[0])), "lens_equal": bool(torch.equal(ours[1], theirs[1]))}
     result["ok"] = result["drafts_equal"] and result["lens_equal"]
     if ref_slots > 0:
-        from tests.reference.ngram_match import ref_ngram_match
+        from reference.ngram_match import ref_ngram_match
 
         r = min(ref_slots, x["seq_lens_this_time"].shape[0])
         state = {k: x[k][:r].cpu().numpy() for k in ARGS}
@@ -201,18 +198,7 @@ def check_outputs(torch, x: dict, ours: tuple, theirs: tuple, attrs: dict, ref_s
 
 def time_eager(torch, fn, iters: int, warmup: int, runs: int) -> dict:
     """Mean us per call over `iters` back-to-back calls (CUDA events), median and min over `runs`."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    per_run = []
-    for _ in range(runs):
-        for _ in range(warmup):
-            fn()
-        torch.cuda.synchronize()
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        end.synchronize()
-        per_run.append(start.elapsed_time(end) * 1e3 / iters)
+    per_run = torch_event_runs(torch, fn, iters, warmup, runs)
     return {"median_us": statistics.median(per_run), "min_us": min(per_run), "runs_us": per_run}
 
 
@@ -274,19 +260,8 @@ def bench_config(torch, name: str, args) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("gpu_ngram_match: PyTorch is not installed (pip install torch)", file=sys.stderr)
-        return 2
-    if not torch.cuda.is_available():
-        print("gpu_ngram_match: no CUDA GPU visible to PyTorch", file=sys.stderr)
-        return 2
-    from kernel_harness import gpu_unavailable_reason
-
-    reason = gpu_unavailable_reason()
-    if reason is not None:
-        print(f"gpu_ngram_match: cannot build the kernels: {reason}", file=sys.stderr)
+    torch = import_torch_baseline("gpu_ngram_match")
+    if torch is None:
         return 2
     t0 = time.time()
     results = []
@@ -295,14 +270,11 @@ def main(argv=None) -> int:
         print(f"  done {name:10s} ours {results[-1]['ours_graph']['median_us']:.2f} us (graph)", flush=True)
     header = (f"{'config':10s} {'B':>5s} {'hist':>5s} {'content':>7s} {'drafts':>6s} {'ours us':>8s} "
               f"{'graph':>7s} {'torch us':>9s} {'graph':>8s} {'x eager':>8s} {'x graph':>8s}")
-    print()
-    print(header)
-    print("-" * len(header))
-    for r in results:
-        print(f"{r['config']:10s} {r['slots']:5d} {r['history']:5d} {r['content']:>7s} "
-              f"{r['check']['mean_drafts']:6.2f} {r['ours_eager']['median_us']:8.2f} {r['ours_graph']['median_us']:7.2f} "
-              f"{r['torch_eager']['median_us']:9.1f} {r['torch_graph']['median_us']:8.1f} {r['speedup_eager']:7.1f}x "
-              f"{r['speedup_graph']:7.1f}x")
+    print_table(header, [
+        f"{r['config']:10s} {r['slots']:5d} {r['history']:5d} {r['content']:>7s} "
+        f"{r['check']['mean_drafts']:6.2f} {r['ours_eager']['median_us']:8.2f} {r['ours_graph']['median_us']:7.2f} "
+        f"{r['torch_eager']['median_us']:9.1f} {r['torch_graph']['median_us']:8.1f} {r['speedup_eager']:7.1f}x "
+        f"{r['speedup_graph']:7.1f}x" for r in results])
     report = {
         "benchmark": "ngram_match",
         "device": torch.cuda.get_device_name(),
@@ -313,9 +285,8 @@ def main(argv=None) -> int:
         "wall_s": time.time() - t0,
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"\nwrote {args.out}")
+    print()
+    write_report(args.out, report)
     return 0
 
 

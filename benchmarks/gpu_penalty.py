@@ -18,7 +18,6 @@ Targets (printed, recorded in the JSON, not an exit status): >= 60% of copy band
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import json
 import platform
@@ -31,6 +30,10 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from benchmarks.bench_cli import (  # noqa: E402
+    add_repeat_options, check_comma_list, import_torch_baseline, kernel_bench_parser, print_table, write_report,
+)
+from benchmarks.timing import torch_event_runs  # noqa: E402
 
 LAUNCHER = "specworker_speculate_get_token_penalty_multi_scores_launch"
 DTYPE_CODE = {"float32": 0, "float16": 1, "bfloat16": 2}
@@ -49,8 +52,7 @@ CONFIGS = {
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "gpu_penalty.json")
+    p = kernel_bench_parser(__doc__, "gpu_penalty", iters=50)
     p.add_argument("--vocab", type=int, default=151936)
     p.add_argument("--slots", type=int, default=256)
     p.add_argument("--rows-per-slot", type=int, default=4, help="O_b of every slot (k + 1 when all decode)")
@@ -60,19 +62,14 @@ def parse_args(argv=None):
     p.add_argument("--eos", type=int, default=2)
     p.add_argument("--dtypes", default="float32,bfloat16", help="comma list of float32, bfloat16")
     p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma list of {', '.join(CONFIGS)}")
-    p.add_argument("--iters", type=int, default=50)
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--runs", type=int, default=5)
     p.add_argument("--ref-rows", type=int, default=8, help="rows also checked against the numpy reference (0: off)")
-    p.add_argument("--seed", type=int, default=0)
+    add_repeat_options(p)
     args = p.parse_args(argv)
     for d in args.dtypes.split(","):
         if d not in ("float32", "bfloat16"):
             p.error(f"--dtypes: {d!r} is not supported here (float32, bfloat16; float16 would overflow "
                     "over repeated in-place launches)")
-    for c in args.configs.split(","):
-        if c not in CONFIGS:
-            p.error(f"--configs: unknown {c!r}; choose from {', '.join(CONFIGS)}")
+    check_comma_list(p, "--configs", args.configs, CONFIGS)
     return args
 
 
@@ -241,7 +238,7 @@ def check_outputs(torch, cfg: dict, ours, theirs, inputs_before: dict, ref_rows:
     result["tolerance"] = tol
     result["ok"] = bool(torch.allclose(a, t, **tol)) and result["nonfinite_mismatch"] == 0
     if ref_rows > 0:
-        from tests.reference.speculate_get_token_penalty_multi_scores import (
+        from reference.speculate_get_token_penalty_multi_scores import (
             ref_speculate_get_token_penalty_multi_scores,
         )
 
@@ -268,20 +265,7 @@ def check_outputs(torch, cfg: dict, ours, theirs, inputs_before: dict, ref_rows:
 
 def time_fn(torch, fn, reset, iters: int, warmup: int, runs: int) -> dict:
     """Mean ms per launch over `iters` launches (CUDA events), median and min over `runs`."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    per_run = []
-    for _ in range(runs):
-        reset()
-        for _ in range(warmup):
-            fn()
-        reset()
-        torch.cuda.synchronize()
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        end.synchronize()
-        per_run.append(start.elapsed_time(end) / iters)
+    per_run = [us / 1e3 for us in torch_event_runs(torch, fn, iters, warmup, runs, reset=reset)]
     return {"median_ms": statistics.median(per_run), "min_ms": min(per_run), "runs_ms": per_run}
 
 
@@ -355,19 +339,8 @@ def max_distinct(torch, x: dict) -> int:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("gpu_penalty: PyTorch is not installed (pip install torch)", file=sys.stderr)
-        return 2
-    if not torch.cuda.is_available():
-        print("gpu_penalty: no CUDA GPU visible to PyTorch", file=sys.stderr)
-        return 2
-    from kernel_harness import gpu_unavailable_reason
-
-    reason = gpu_unavailable_reason()
-    if reason is not None:
-        print(f"gpu_penalty: cannot build the kernels: {reason}", file=sys.stderr)
+    torch = import_torch_baseline("gpu_penalty")
+    if torch is None:
         return 2
     base = {"vocab": args.vocab, "slots": args.slots, "rows_per_slot": args.rows_per_slot, "hist_len": args.hist_len,
             "max_model_len": args.max_model_len, "bad_words": args.bad_words, "eos": args.eos, "drafts": True,
@@ -385,14 +358,11 @@ def main(argv=None) -> int:
 
     header = (f"{'config':22s} {'dtype':9s} {'rows':>5s} {'hist':>6s} {'ours ms':>8s} {'torch ms':>9s} "
               f"{'copy ms':>8s} {'GB/s':>7s} {'of copy':>8s} {'vs torch':>9s} {'exact':>6s}")
-    print()
-    print(header)
-    print("-" * len(header))
-    for r in results:
-        print(f"{r['config']:22s} {r['dtype']:9s} {r['rows']:5d} {r['hist_len_mean']:6.0f} "
-              f"{r['ours']['median_ms']:8.3f} {r['torch_composite']['median_ms']:9.3f} {r['copy']['median_ms']:8.3f} "
-              f"{r['ours_gbps']:7.0f} {100 * r['bandwidth_fraction']:7.1f}% {r['speedup_vs_torch']:8.2f}x "
-              f"{'yes' if r['check']['bit_exact'] else 'no':>6s}")
+    print_table(header, [
+        f"{r['config']:22s} {r['dtype']:9s} {r['rows']:5d} {r['hist_len_mean']:6.0f} "
+        f"{r['ours']['median_ms']:8.3f} {r['torch_composite']['median_ms']:9.3f} {r['copy']['median_ms']:8.3f} "
+        f"{r['ours_gbps']:7.0f} {100 * r['bandwidth_fraction']:7.1f}% {r['speedup_vs_torch']:8.2f}x "
+        f"{'yes' if r['check']['bit_exact'] else 'no':>6s}" for r in results])
     main_rows = [r for r in results if r["config"] == "main" and r["dtype"] == "float32"]
     targets = {}
     if main_rows:
@@ -418,9 +388,7 @@ def main(argv=None) -> int:
         "targets": targets,
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    write_report(args.out, report)
     return 0
 
 

@@ -17,16 +17,14 @@ bit-equal to (b)'s before timing.
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.cases import make_step_batch  # noqa: E402
+from benchmarks.bench_cli import device_row, kernel_bench_parser, write_report  # noqa: E402
+from reference.cases.step_batch import make_step_batch  # noqa: E402
 from benchmarks.timing import stream_ptr, time_events, time_graph  # noqa: E402
 from kernel_harness import ptr, raw_launcher, require_gpu_or_exit  # noqa: E402
 
@@ -93,21 +91,31 @@ def bench_pre_process(cp, bsz, k, iters):
             "ratio_refactor_over_fused": a / c, "ratio_refactor_over_fused_graph": a / cg}
 
 
+def decode_gather_workload(cp, rows: int, hidden: int) -> dict:
+    """rebuild_padding's decode-only batch on the device: rows // 4 slots of L = 4 decode tokens (Dec 100), so
+    every packed row is gathered once; the cu_seqlens_q of the input side serves as the output side too.
+    Keys: bsz, seq_lens_this_time, cu_seqlens_q, seq_lens_encoder, seq_lens_decoder, batch_id_per_token
+    ([token_num] int32), hidden_states ([rows, hidden] uint16: bf16 bit patterns)."""
+    bsz = rows // 4
+    lens = np.full(bsz, 4, np.int32)
+    return {"bsz": bsz, "seq_lens_this_time": cp.asarray(lens),
+            "cu_seqlens_q": cp.asarray(np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)),
+            "seq_lens_encoder": cp.zeros(bsz, cp.int32), "seq_lens_decoder": cp.full(bsz, 100, cp.int32),
+            "batch_id_per_token": cp.asarray(np.repeat(np.arange(bsz, dtype=np.int32), 4)),
+            "hidden_states": cp.asarray(np.random.default_rng(0).integers(0, 65535, size=(rows, hidden),
+                                                                         dtype=np.uint16))}
+
+
 def bench_rebuild_padding(cp, rows=1024, hidden=7168, iters=200):
     """Decode-only batch: 256 slots x 4 rows, every packed row gathered once (bf16 as uint16)."""
     rb = raw_launcher("specworker_rebuild_padding_launch")
-    bsz = rows // 4
-    lens = np.full(bsz, 4, np.int32)
-    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
-    d_lens, d_cu = cp.asarray(lens), cp.asarray(cu)
-    d_enc, d_dec = cp.zeros(bsz, cp.int32), cp.full(bsz, 100, cp.int32)
-    d_bid = cp.asarray(np.repeat(np.arange(bsz, dtype=np.int32), 4))
-    tmp = cp.asarray(np.random.default_rng(0).integers(0, 65535, size=(rows, hidden), dtype=np.uint16))
+    w = decode_gather_workload(cp, rows, hidden)
+    bsz, tmp, d_cu = w["bsz"], w["hidden_states"], w["cu_seqlens_q"]
     out = cp.empty((rows, hidden), cp.uint16)
 
     def gather():
-        rb(ptr(tmp), ptr(d_cu), ptr(d_lens), ptr(d_dec), ptr(d_enc), ptr(d_bid), ptr(d_cu), None, 0,
-           ptr(out), rows, bsz, rows, hidden, 2, stream_ptr(cp))
+        rb(ptr(tmp), ptr(d_cu), ptr(w["seq_lens_this_time"]), ptr(w["seq_lens_decoder"]), ptr(w["seq_lens_encoder"]),
+           ptr(w["batch_id_per_token"]), ptr(d_cu), None, 0, ptr(out), rows, bsz, rows, hidden, 2, stream_ptr(cp))
 
     gather()
     assert (out == tmp).all(), "rebuild_padding check failed"
@@ -135,17 +143,13 @@ def bench_rebuild_padding(cp, rows=1024, hidden=7168, iters=200):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "gpu_pre_process.json"))
-    parser.add_argument("--iters", type=int, default=2000)
+    parser = kernel_bench_parser(__doc__, "gpu_pre_process", iters=2000)
     args = parser.parse_args()
     cp = require_gpu_or_exit()
     rows = [bench_pre_process(cp, bsz, k, args.iters) for bsz in (1, 64, 256, 1024) for k in (1, 3)]
     rebuild = bench_rebuild_padding(cp)
-    result = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "host": platform.node(),
-              "pre_process": rows, "rebuild_padding": rebuild}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    result = {**device_row(cp), "pre_process": rows, "rebuild_padding": rebuild}
+    write_report(args.out, result)
     print(f"{'bsz':>5} {'k':>2} {'T':>6} {'T_out':>6} {'refactor us':>12} {'unfused us':>10} {'graph':>6} "
           f"{'fused us':>9} {'graph':>6} {'ratio fused graph':>17}")
     for r in rows:

@@ -12,20 +12,18 @@ values (accept_num is clamped, history writes outside [1, S) are skipped).
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.bench_cli import device_row, kernel_bench_parser, write_report  # noqa: E402
 from benchmarks.timing import stream_ptr, time_events, time_graph  # noqa: E402
 from kernel_harness import ptr, raw_launcher, require_gpu_or_exit  # noqa: E402
-from tests.reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx  # noqa: E402
-from tests.reference.speculate_update import ref_speculate_update  # noqa: E402
-from tests.state_cases import make_post_verify_state  # noqa: E402
+from reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx  # noqa: E402
+from reference.speculate_update import ref_speculate_update  # noqa: E402
+from reference.cases.post_verify_state import make_post_verify_state  # noqa: E402
 
 UPDATE_ARGS = ("seq_lens_encoder", "seq_lens_decoder", "not_need_stop", "draft_tokens", "actual_draft_token_nums",
                "accept_tokens", "accept_num", "stop_flags", "seq_lens_this_time", "is_block_step", "stop_nums",
@@ -66,16 +64,12 @@ def bench(cp, bsz, k, max_model_len, iters):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "gpu_state_update.json"))
-    parser.add_argument("--iters", type=int, default=2000)
+    parser = kernel_bench_parser(__doc__, "gpu_state_update", iters=2000)
     args = parser.parse_args()
     cp = require_gpu_or_exit()
     rows = [bench(cp, bsz, k, 8192, args.iters) for bsz in (1, 64, 256, 1024, 5000) for k in (1, 3)]
-    result = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "host": platform.node(),
-              "state_update": rows}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    result = {**device_row(cp), "state_update": rows}
+    write_report(args.out, result)
     print(f"{'bsz':>5} {'k':>2} {'update us':>10} {'set_value us':>13} {'both us':>8} {'both graph us':>14}")
     for r in rows:
         print(f"{r['bsz']:>5} {r['k']:>2} {r['update_us']:>10.2f} {r['set_value_us']:>13.2f} {r['both_us']:>8.2f} "

@@ -22,8 +22,6 @@ Rows: {name, ours_us, baseline, baseline_us, ratio, target, met}; the per-op det
 
 from __future__ import annotations
 
-import argparse
-import json
 import platform
 import sys
 import time
@@ -32,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.bench_cli import kernel_bench_parser, write_report  # noqa: E402
 from benchmarks import gpu_penalty, gpu_pre_process, gpu_top_p_candidates, gpu_verify  # noqa: E402
 from kernel_harness import kernels_lib, require_gpu_or_exit  # noqa: E402
 from kernel_harness import raw_launcher as top_p_launcher  # noqa: E402
@@ -89,9 +88,7 @@ def verify_rows(cp, iters):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "gpu_targets.json")
-    parser.add_argument("--iters", type=int, default=2000, help="launches per latency measurement")
+    parser = kernel_bench_parser(__doc__, "gpu_targets", iters=2000, iters_help="launches per latency measurement")
     opts = parser.parse_args()
     cp = require_gpu_or_exit()
     import torch
@@ -126,9 +123,7 @@ def main() -> int:
         "rows": rows,
         "details": details,
     }
-    opts.out.parent.mkdir(parents=True, exist_ok=True)
-    opts.out.write_text(json.dumps(report, indent=1, default=float) + "\n")
-    print(f"wrote {opts.out}")
+    write_report(opts.out, report, default=float)
     return 0 if all(r["met"] for r in rows) else 1
 
 

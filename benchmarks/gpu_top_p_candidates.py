@@ -14,9 +14,7 @@ exactly. Times are CUDA-event medians after warm-up. Target: >= 2x at V = 151936
 
 from __future__ import annotations
 
-import argparse
 import ctypes
-import json
 import platform
 import sys
 from pathlib import Path
@@ -24,8 +22,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.bench_cli import kernel_bench_parser, write_report  # noqa: E402
+from benchmarks.timing import torch_event_runs  # noqa: E402
 from kernel_harness import raw_launcher, require_gpu_or_exit as require_kernels  # noqa: E402
-from tests.reference.top_p_candidates import ref_top_p_candidates  # noqa: E402
+from reference.top_p_candidates import ref_top_p_candidates  # noqa: E402
 
 P = ctypes.c_void_p
 QWEN_VOCAB = 151936
@@ -34,19 +34,7 @@ TARGET = {"vocab": QWEN_VOCAB, "rows": 1024, "C": 5, "min_speedup": 2.0}
 
 def time_events(torch, fn, iters, warmup=10, repeats=5):
     """Median over `repeats` of the mean time per call (us) of `iters` back-to-back calls."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) * 1e3 / iters)
-    return float(np.median(samples))
+    return float(np.median(torch_event_runs(torch, fn, iters, warmup, repeats)))
 
 
 def check(torch, probs, top_p_rows, batch_ids, top_p, C, ours_out):
@@ -118,9 +106,7 @@ def bench(torch, launch, rows, vocab, C, iters):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "gpu_top_p_candidates.json"))
-    parser.add_argument("--iters", type=int, default=50)
+    parser = kernel_bench_parser(__doc__, "gpu_top_p_candidates", iters=50)
     args = parser.parse_args()
     require_gpu_or_exit()
     import torch
@@ -146,10 +132,7 @@ def main():
         "results": results,
         "target": {**TARGET, "speedup": target["speedup"], "met": met},
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"wrote {out}")
+    write_report(args.out, report)
 
 
 def require_gpu_or_exit():

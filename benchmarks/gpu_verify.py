@@ -12,9 +12,7 @@ and writes JSON. Target (later): greedy, bsz 1024, k 5 <= 10 us per launch.
 
 from __future__ import annotations
 
-import argparse
 import datetime
-import json
 import sys
 from pathlib import Path
 
@@ -23,6 +21,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.bench_cli import kernel_bench_parser, write_report  # noqa: E402
 from kernel_harness import gpu_unavailable_reason, kernels_lib  # noqa: E402
 from kernel_harness.speculate_verify import launch_args, raw_launcher, to_device  # noqa: E402
 
@@ -122,9 +121,7 @@ def time_graph(cp, case, dev, iters: int) -> float | None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iters", type=int, default=500, help="launches per measurement")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "gpu_verify.json")
+    parser = kernel_bench_parser(__doc__, "gpu_verify", iters=500, iters_help="launches per measurement")
     parser.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph replay timing")
     opts = parser.parse_args()
     reason = gpu_unavailable_reason()
@@ -171,9 +168,7 @@ def main() -> int:
         target=dict(case="greedy bsz=1024 k=5", us=TARGET_US, best_us=best, met=best <= TARGET_US),
         results=results,
     )
-    opts.out.parent.mkdir(parents=True, exist_ok=True)
-    opts.out.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"wrote {opts.out}")
+    write_report(opts.out, report)
     return 0
 
 

@@ -1,4 +1,5 @@
-"""Shared GPU timing helpers for the standalone-kernel benchmarks (CuPy + ctypes, no Paddle).
+"""Shared GPU timing helpers for the standalone-kernel benchmarks (CuPy + ctypes, no Paddle; the benchmarks
+timed against a PyTorch baseline use torch_event_runs).
 
 Launchers (kernel_harness.raw_launcher) must read the stream with ``stream_ptr(cp)`` at every call: ``time_graph`` captures on
 its own stream, and a launch on any other stream would escape the capture.
@@ -51,3 +52,26 @@ def time_graph(cp, fn, iters: int, per_graph: int = 20) -> float:
         stop.record(stream)
         stop.synchronize()
     return cp.cuda.get_elapsed_time(start, stop) * 1e3 / (reps * per_graph)
+
+
+def torch_event_runs(torch, fn, iters: int, warmup: int, runs: int, reset=None) -> list[float]:
+    """Microseconds per call of `iters` back-to-back calls timed with CUDA events, once per run, each run
+    after `warmup` calls. `reset` (for ops that update their inputs in place) runs before the warmup and
+    again before the timed calls."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    per_run = []
+    for _ in range(runs):
+        if reset is not None:
+            reset()
+        for _ in range(warmup):
+            fn()
+        if reset is not None:
+            reset()
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        per_run.append(start.elapsed_time(end) * 1e3 / iters)
+    return per_run

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from specworker.json_file import read_json_object
 from specworker.tokenizer import ByteTokenizer
 
 __all__ = ["HFTokenizer", "load_tokenizer"]
@@ -49,12 +50,7 @@ class HFTokenizer:
         cfg_path = model_dir / TOKENIZER_CONFIG_FILE
         cfg: dict[str, Any] = {}
         if cfg_path.is_file():
-            try:
-                cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError) as err:
-                raise ValueError(f"{cfg_path}: not valid JSON ({err})") from None
-            if not isinstance(cfg, dict):
-                raise ValueError(f"{cfg_path}: expected a JSON object, got {type(cfg).__name__}")
+            cfg = read_json_object(cfg_path)
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         self.bos_token, self.eos_token = _token_text(cfg.get("bos_token")), _token_text(cfg.get("eos_token"))
         self.bos_token_id = self._id_of(self.bos_token)

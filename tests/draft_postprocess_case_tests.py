@@ -1,5 +1,5 @@
 """draft_model_postprocess tests written once for both backends (the random cases live in
-tests/draft_cases.py): tests/ops (the Paddle op) and tests/gpu (the CUDA kernel) import the test_*
+reference/cases/draft_state.py): tests/ops (the Paddle op) and tests/gpu (the CUDA kernel) import the test_*
 functions below and define the fixtures they take:
 
 - run(state) -> the new base_model_seq_lens_this_time [bsz] (numpy), on a numpy state dict;
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests import draft_cases as dc
-from tests.reference.draft_model_postprocess import ref_draft_model_postprocess
+from reference.cases import draft_state as dc
+from reference.draft_model_postprocess import ref_draft_model_postprocess
 
 
 def make_state(drafts, lens, enc, stop, paused=None):

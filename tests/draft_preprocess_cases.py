@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.mtp_cases import all_round_cases, make_round_state
-from tests.reference.draft_model_preprocess import UPDATED_KEYS, ref_draft_model_preprocess
+from reference.cases.mtp_round_state import all_round_cases, make_round_state
+from reference.draft_model_preprocess import UPDATED_KEYS, ref_draft_model_preprocess
 
 
 def assert_states_equal(got, want, keys=UPDATED_KEYS):

@@ -1,4 +1,4 @@
-"""draft_model_update tests written once for both backends (the cases live in tests/draft_cases.py):
+"""draft_model_update tests written once for both backends (the cases live in reference/cases/draft_state.py):
 tests/ops (the Paddle op) and tests/gpu (the CUDA kernel) import the test_* functions below and define
 the fixtures they take:
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests import draft_cases as dc
-from tests.reference.draft_model_postprocess import ref_draft_model_postprocess
-from tests.reference.draft_model_update import STATE_KEYS, ref_draft_model_update
+from reference.cases import draft_state as dc
+from reference.draft_model_postprocess import ref_draft_model_postprocess
+from reference.draft_model_update import STATE_KEYS, ref_draft_model_update
 
 
 def run_ref(state, args, strict=True):

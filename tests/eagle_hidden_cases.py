@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.mtp_cases import make_round_state, make_target_hidden
-from tests.reference.draft_model_preprocess import ref_draft_model_preprocess
-from tests.reference.eagle_get_hidden_states import ref_eagle_get_hidden_states
+from reference.cases.mtp_round_state import make_round_state, make_target_hidden
+from reference.draft_model_preprocess import ref_draft_model_preprocess
+from reference.eagle_get_hidden_states import ref_eagle_get_hidden_states
 
 # bfloat16 has no numpy dtype; the kernel only moves bytes, so bf16 rows are random uint16 bits.
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}

@@ -1,7 +1,7 @@
 """hybrid_mtp_ngram inputs shared by tests/ops and tests/gpu: hand-worked three-slot cases and random batch
 states after the MTP draft loop. Plain numpy (the GPU machine has no Paddle).
 
-A state is a dict keyed by the op's argument names (tests/reference/hybrid_mtp_ngram.py STATE_KEYS). As in
+A state is a dict keyed by the op's argument names (reference/hybrid_mtp_ngram.py STATE_KEYS). As in
 tests/ngram_cases.py, buffers hold junk wherever the op must not read or write: draft_tokens columns after
 the MTP drafts and whole rows of slots that are not extended, so a wrong read or a missed write shows.
 """
@@ -14,7 +14,7 @@ from tests import ngram_cases as nc
 
 I32, I64 = np.int32, np.int64
 J = nc.DRAFT_JUNK
-BATCH_SIZES = (1, 3, 17, 256)
+BATCH_SIZES = nc.BATCH_SIZES
 KINDS = ("mixed", "all_decode", "no_match", "repetitive", "short_history", "near_max_dec_len", "stopped_paused",
          "chains_cut_short")
 NGRAM_SIZES = nc.NGRAM_SIZES
@@ -133,17 +133,9 @@ def _mtp_drafts(rng, state, b, count, kind, vocab):
 
 
 def all_cases():
-    """(bsz, kind, (max_ngram_size, min_ngram_size), seed) for every batch size x kind x sizes."""
-    return [(bsz, kind, sizes, 1000 * i + 100 * j + 10 * k)
-            for i, bsz in enumerate(BATCH_SIZES) for j, kind in enumerate(KINDS)
-            for k, sizes in enumerate(NGRAM_SIZES)]
+    """(bsz, kind, (max_ngram_size, min_ngram_size), seed) for every batch size x kind x sizes (ngram_match's
+    grid and seeds over this op's kinds)."""
+    return nc.all_cases(KINDS)
 
 
-def to_column(state: dict) -> dict:
-    """FastDeploy's [N, 1] layout for every per-slot input."""
-    out = dict(state)
-    for k in ("input_ids_len", "step_idx", "draft_token_num", "seq_lens_this_time", "seq_lens_encoder",
-              "seq_lens_decoder", "max_dec_len"):
-        if out.get(k) is not None:
-            out[k] = out[k].reshape(-1, 1)
-    return out
+to_column = nc.to_column  # FastDeploy's [N, 1] layout for every per-slot input (the states hold no is_block_step)

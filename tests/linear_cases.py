@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.reference.batch_invariant_linear import ref_batch_invariant_linear, ref_batch_invariant_linear_fp32_order
+from reference.batch_invariant_linear import ref_batch_invariant_linear, ref_batch_invariant_linear_fp32_order
 
 RTOL = ATOL = 1e-5
 

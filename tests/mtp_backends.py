@@ -14,19 +14,19 @@ import paddle
 
 from specworker.model_executor import ops
 from specworker.model_executor.pre_and_post_process import gather_logit_rows, pre_process
-from tests.reference.draft_model_postprocess import ref_draft_model_postprocess
-from tests.reference.draft_model_preprocess import INPUT_KEYS as PREPROCESS_INPUTS
-from tests.reference.draft_model_preprocess import UPDATED_KEYS as PREPROCESS_UPDATES
-from tests.reference.draft_model_preprocess import ref_draft_model_preprocess
-from tests.reference.draft_model_update import STATE_KEYS as DRAFT_UPDATE_KEYS
-from tests.reference.draft_model_update import ref_draft_model_update
-from tests.reference.eagle_get_hidden_states import ref_eagle_get_hidden_states
-from tests.reference.pre_process import ref_pre_process
-from tests.reference.rebuild_padding import ref_rebuild_padding
-from tests.reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx
-from tests.reference.speculate_update import WRITES as UPDATE_WRITES
-from tests.reference.speculate_update import ref_speculate_update
-from tests.reference.speculate_verify import ref_speculate_verify
+from reference.draft_model_postprocess import ref_draft_model_postprocess
+from reference.draft_model_preprocess import INPUT_KEYS as PREPROCESS_INPUTS
+from reference.draft_model_preprocess import UPDATED_KEYS as PREPROCESS_UPDATES
+from reference.draft_model_preprocess import ref_draft_model_preprocess
+from reference.draft_model_update import STATE_KEYS as DRAFT_UPDATE_KEYS
+from reference.draft_model_update import ref_draft_model_update
+from reference.eagle_get_hidden_states import ref_eagle_get_hidden_states
+from reference.pre_process import ref_pre_process
+from reference.rebuild_padding import ref_rebuild_padding
+from reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx
+from reference.speculate_update import WRITES as UPDATE_WRITES
+from reference.speculate_update import ref_speculate_update
+from reference.speculate_verify import ref_speculate_verify
 
 # name -> (dims, dtype, fill). Target buffers unprefixed, the proposer's batch "d_".
 BUFFERS = {

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.ngram_cases import NGRAM_CASES, make_ngram_state, to_column
-from tests.reference.ngram_match import ref_ngram_match
+from reference.ngram_match import ref_ngram_match
 
 WRITES = ("draft_tokens", "seq_lens_this_time")
 

@@ -1,7 +1,7 @@
 """ngram_match inputs shared by tests/ops, tests/gpu and the benchmark: hand-worked three-slot cases
 and random batch states. Plain numpy (the GPU machine has no Paddle).
 
-A state is a dict keyed by the op's argument names (tests/reference/ngram_match.py STATE_KEYS).
+A state is a dict keyed by the op's argument names (reference/ngram_match.py STATE_KEYS).
 Buffers hold junk wherever the op must not read (prompt past input_ids_len, pre_ids column 0 and
 past step_idx, rows past bsz) and draft_tokens / seq_lens_this_time start as junk, so a wrong
 read or a missed write shows.
@@ -172,10 +172,10 @@ def _history(rng, kind, length, vocab):
     return rng.integers(0, vocab, size=length).astype(I64)
 
 
-def all_cases():
+def all_cases(kinds=KINDS):
     """(bsz, kind, (max_ngram_size, min_ngram_size), seed) for every batch size x kind x sizes."""
     return [(bsz, kind, sizes, 1000 * i + 100 * j + 10 * k)
-            for i, bsz in enumerate(BATCH_SIZES) for j, kind in enumerate(KINDS)
+            for i, bsz in enumerate(BATCH_SIZES) for j, kind in enumerate(kinds)
             for k, sizes in enumerate(NGRAM_SIZES)]
 
 
@@ -187,3 +187,33 @@ def to_column(state: dict) -> dict:
         if out.get(k) is not None:
             out[k] = out[k].reshape(-1, 1)
     return out
+
+
+def shared_input_faults(bad, attrs: dict, width: int) -> list:
+    """(id, state, attrs, match) for faults in the inputs and attributes ngram_match and hybrid_mtp_ngram
+    share, which one C++ check rejects for both (cpu_ops/ngram_checks.h). bad(**changes) is a three-slot
+    state of input_ids width 8 with the changes applied; attrs the op's valid attributes; width its D."""
+    return [
+        ("input_ids_int32", bad(input_ids=np.zeros((3, 8), np.int32)), attrs,
+         r"input_ids has dtype int32, expected int64"),
+        ("input_ids_1d", bad(input_ids=np.zeros(3, np.int64)), attrs,
+         r"input_ids has shape \[3\], expected a 2-D tensor"),
+        ("input_ids_len_int32", bad(input_ids_len=np.zeros(3, np.int32)), attrs,
+         r"input_ids_len has dtype int32, expected int64"),
+        ("pre_ids_too_few_rows", bad(pre_ids=np.zeros((2, 8), np.int64)), attrs,
+         r"pre_ids has shape \[2, 8\], expected at least bsz = 3 rows"),
+        ("step_idx_int32", bad(step_idx=np.zeros(3, np.int32)), attrs, r"step_idx has dtype int32, expected int64"),
+        ("draft_token_num_int64", bad(draft_token_num=np.zeros(3, np.int64)), attrs,
+         r"draft_token_num has dtype int64, expected int32"),
+        ("draft_tokens_int32", bad(draft_tokens=np.zeros((3, width), np.int32)), attrs,
+         r"draft_tokens has dtype int32, expected int64"),
+        ("lens_2d", bad(seq_lens_this_time=np.zeros((1, 3), np.int32)), attrs,
+         r"seq_lens_this_time has shape \[1, 3\], expected a per-slot tensor"),
+        ("max_dec_len_int32", bad(max_dec_len=np.zeros(3, np.int32)), attrs,
+         r"max_dec_len has dtype int32, expected int64"),
+        ("min_ngram_zero", bad(), dict(attrs, min_ngram_size=0),
+         r"min_ngram_size = 0, max_ngram_size = 3, expected 1 <="),
+        ("min_above_max", bad(), dict(attrs, min_ngram_size=4), r"min_ngram_size = 4, max_ngram_size = 3"),
+        ("max_ngram_above_64", bad(), dict(attrs, max_ngram_size=65), r"max_ngram_size <= 64"),
+        ("negative_max_draft_tokens", bad(), dict(attrs, max_draft_tokens=-1), r"max_draft_tokens = -1, expected >= 0"),
+    ]

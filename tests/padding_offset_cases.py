@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.cases import PADDING_OFFSET_MODES, all_cases, make_step_batch, padding_offset_inputs
-from tests.reference.get_padding_offset import ref_get_padding_offset
+from reference.cases.step_batch import PADDING_OFFSET_MODES, all_cases, make_step_batch, padding_offset_inputs
+from reference.get_padding_offset import ref_get_padding_offset
 
 # Slot 0 prefill (3 prompt tokens), slot 1 stopped, slot 2 decode (last accepted 35 + draft 36).
 INPUT_IDS = [[11, 12, 13], [21, 22, 23], [31, 32, 33]]

@@ -21,7 +21,7 @@ from tests.paged_attention_cases import (
     literal_caches_after,
     make_attention_case,
 )
-from tests.reference.paged_attention import ref_paged_attention
+from reference.paged_attention import ref_paged_attention
 
 
 def check_against_reference(got, case: AttentionCase, tol: dict, want=None):

@@ -14,7 +14,7 @@ import dataclasses
 
 import numpy as np
 
-from tests.cases import KINDS, make_step_batch
+from reference.cases.step_batch import KINDS, make_step_batch
 
 BATCH_SIZES = (1, 3, 17, 64)
 # (num_heads, num_kv_heads): GQA 4:2 and 8:1 (multi-query).
@@ -154,7 +154,7 @@ def pack_case(rng, slots: list[SlotSpec], block_size: int, *, extra_blocks: int 
 def make_attention_case(seed: int, bsz: int, kind: str, *, block_size: int = 16, head_dim: int = 64,
                         heads: tuple[int, int] = (4, 2), garbage: str = "nan", dtype: str = "float32",
                         max_model_len: int = 48) -> AttentionCase:
-    """A random step of `kind` (tests.cases.KINDS): prefill slots feed up to max_model_len tokens,
+    """A random step of `kind` (reference.cases.step_batch.KINDS): prefill slots feed up to max_model_len tokens,
     half of them as a later chunk (Dec > 0); decode slots feed 1 .. NUM_DRAFT + 1 tokens
     (speculative verify) on top of up to 4 * max_model_len cached tokens; stopped slots feed 0."""
     rng = np.random.default_rng(seed)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.cases import all_cases
+from reference.cases.step_batch import all_cases
 from tests.penalty_cases import PenaltyCase, make_penalty_case, nonspeculative_case_for_draft_position
-from tests.reference.speculate_get_token_penalty_multi_scores import (
+from reference.speculate_get_token_penalty_multi_scores import (
     MASK_VALUE_FP16,
     ref_speculate_get_token_penalty_multi_scores,
 )

@@ -1,8 +1,8 @@
 """Random inputs for speculate_get_token_penalty_multi_scores, shared by the CPU op tests
 (tests/ops) and the CUDA tests (tests/gpu). Plain numpy only (the GPU machine has no Paddle).
 
-A case is one engine step's sampling inputs built on tests/cases.make_step_batch: O_b from its
-definition (docs/spec.md §4.2), the output index tensors from tests/cases.pack_output_index, and
+A case is one engine step's sampling inputs built on reference.cases.step_batch.make_step_batch: O_b from its
+definition (docs/spec.md §4.2), the output index tensors from reference.cases.step_batch.pack_output_index, and
 per-slot histories with repeated ids, out-of-range ids and min-length rows.
 """
 
@@ -12,7 +12,7 @@ import dataclasses
 
 import numpy as np
 
-from tests.cases import make_step_batch, pack_output_index
+from reference.cases.step_batch import make_step_batch, pack_output_index
 
 # Argument names in the op's order (FastDeploy era [B]), then our appended draft_tokens.
 ARG_NAMES = (

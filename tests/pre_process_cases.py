@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.cases import all_cases, make_step_batch
-from tests.reference.speculate_pre_process import ref_speculate_pre_process
+from reference.cases.step_batch import all_cases, make_step_batch
+from reference.speculate_pre_process import ref_speculate_pre_process
 
 # Slot 0 decodes 3 tokens (last accepted 7, drafts 8, 9), slot 1 is idle, slot 2 prefills 4.
 INPUT_IDS = [[10, 11, 12, 13], [20, 21, 22, 23], [30, 31, 32, 33]]

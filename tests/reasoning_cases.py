@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.cases import make_step_batch, pack_output_index
-from tests.reference.reasoning_phase_token_constraint import ref_reasoning_phase_token_constraint
+from reference.cases.step_batch import make_step_batch, pack_output_index
+from reference.reasoning_phase_token_constraint import ref_reasoning_phase_token_constraint
 from tests.sampling_fixtures import output_index, random_reasoning_inputs
 
 THINK_END, LF = 9, 7  # "</think>" and "\n" in these tests

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.cases import all_cases, make_step_batch, pack_output_index, seq_lens_output
-from tests.reference.rebuild_padding import ref_rebuild_padding
+from reference.cases.step_batch import all_cases, make_step_batch, pack_output_index, seq_lens_output
+from reference.rebuild_padding import ref_rebuild_padding
 
 DTYPES = ["float32", "float16", "bfloat16"]
 NUM_DRAFT = 3  # make_step_batch's default: D = 4 query tokens per decode slot at most

@@ -8,8 +8,8 @@ import paddle
 
 from specworker.model_executor.forward_meta import ForwardMeta
 from specworker.model_executor.layers.sampler import Sampler, SamplingMetadata
-from tests.cases import pack_output_index
-from tests.reference.sampler import ref_sampler
+from reference.cases.step_batch import pack_output_index
+from reference.sampler import ref_sampler
 
 FLOAT_BUFFERS = ("temperature", "top_p", "min_p", "penalty_score", "frequency_score", "presence_score")
 

@@ -1,7 +1,7 @@
 """Logit-row fixtures for the sampling-side ops (top_p_candidates, reasoning_phase_token_constraint).
 
 Plain numpy, shared by tests/ops and tests/gpu. Rows follow docs/spec.md §4.2 (O_b per slot) and are
-indexed with tests.cases.pack_output_index, so every fixture holds the real batch_id_per_token_output
+indexed with reference.cases.step_batch.pack_output_index, so every fixture holds the real batch_id_per_token_output
 and cu_seqlens_q_output quantities.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.cases import StepBatch, pack_output_index
+from reference.cases.step_batch import StepBatch, pack_output_index
 
 
 def seq_lens_output(batch: StepBatch) -> np.ndarray:

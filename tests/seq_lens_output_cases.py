@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.cases import all_cases, make_step_batch
-from tests.reference.speculate_get_seq_lens_output import ref_speculate_get_seq_lens_output
+from reference.cases.step_batch import all_cases, make_step_batch
+from reference.speculate_get_seq_lens_output import ref_speculate_get_seq_lens_output
 
 @pytest.mark.parametrize(
     "lens, encoder, want",

@@ -1,5 +1,5 @@
 """speculate_update tests written once for both backends (the cases live in tests/update_literals.py
-and tests/state_cases.py): tests/ops (the Paddle op) and tests/gpu (the CUDA kernel) import the
+and reference/cases/post_verify_state.py): tests/ops (the Paddle op) and tests/gpu (the CUDA kernel) import the
 test_* functions below and define the fixtures they take:
 
 - run(state) -> the new numpy state, on a numpy state dict (mask_rollback None or absent = omitted);
@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.reference.speculate_update import ref_speculate_update
-from tests.state_cases import make_post_verify_state, to_column
+from reference.speculate_update import ref_speculate_update
+from reference.cases.post_verify_state import make_post_verify_state, to_column
 from tests.update_literals import UPDATE_CASES
 
 

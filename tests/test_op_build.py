@@ -54,7 +54,7 @@ def test_every_op_has_cpu_kernel_binding_cuda_kernel_reference_and_tests():
             OPS / "gpu_ops" / f"{name}.cu",
             OPS / "gpu_ops" / "kernels" / f"{name}.cu",
             OPS / "gpu_ops" / "kernels" / f"{name}.h",
-            root / "tests" / "reference" / f"{name}.py",
+            root / "reference" / f"{name}.py",
             root / "tests" / "ops" / f"test_{name}.py",
             root / "tests" / "gpu" / f"test_{name}_cuda.py",
         ]

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.cases import make_step_batch, pack_output_index
-from tests.reference.top_p_candidates import ref_top_p_candidates
+from reference.cases.step_batch import make_step_batch, pack_output_index
+from reference.top_p_candidates import ref_top_p_candidates
 from tests.sampling_fixtures import output_index, random_probs, random_top_p
 
 QWEN_VOCAB = 151936

@@ -1,7 +1,7 @@
 """Hand-worked three-slot cases for the state-update ops, shared by tests/ops and tests/gpu.
 
 Each case is (name, state, expected): `state` is a post-verify state (keys as in
-tests/state_cases.py), `expected` lists every buffer the op writes, worked out by hand from
+reference/cases/post_verify_state.py), `expected` lists every buffer the op writes, worked out by hand from
 SPEC; anything not listed must come back unchanged. Plain numpy, no Paddle.
 """
 

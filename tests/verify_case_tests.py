@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.chi_square import chi2_pvalue
-from tests.reference.speculate_verify import ref_speculate_verify
+from reference.speculate_verify import ref_speculate_verify
 from tests.verify_cases import (LITERAL_CASES, LITERAL_VARIANTS, OPTION_CASES, OUT_FIELDS, distribution_case,
                                 literal_case, make_verify_case, strategy_literal_cases, topp_outside_set_case)
 

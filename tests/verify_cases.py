@@ -3,7 +3,7 @@
 A case is a dict of the op's keyword arguments (numpy arrays, attributes, strategy and policy
 names), so it feeds ops.speculate_verify (as Paddle tensors), the CUDA launcher (as CuPy arrays)
 and ref_speculate_verify alike. Output rows are indexed by cu_seqlens_q_output built with
-tests.cases.pack_output_index from O_b (docs/spec.md §4.2).
+reference.cases.step_batch.pack_output_index from O_b (docs/spec.md §4.2).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernel_harness.speculate_verify import OUT_FIELDS, POLICIES, STRATEGIES, resolve_modes  # noqa: F401
-from tests.cases import make_step_batch, pack_output_index
+from reference.cases.step_batch import make_step_batch, pack_output_index
 
 STALE_TOKEN = 777  # accept_tokens fill before the call: a slot that is not verified keeps it
 STALE_NUM = 3

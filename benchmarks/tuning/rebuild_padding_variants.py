@@ -20,6 +20,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from benchmarks.gpu_pre_process import decode_gather_workload  # noqa: E402
 from benchmarks.timing import stream_ptr, time_events, time_graph  # noqa: E402
 from kernel_harness import ptr, require_gpu_or_exit  # noqa: E402
 
@@ -49,18 +50,14 @@ def main():
     cp = require_gpu_or_exit()
     fn = build(cp).rp_variant_launch
     rows, hidden = 1024, 7168
-    bsz = rows // 4
-    lens = np.full(bsz, 4, np.int32)
-    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
-    d_lens, d_cu = cp.asarray(lens), cp.asarray(cu)
-    d_enc, d_dec = cp.zeros(bsz, cp.int32), cp.full(bsz, 100, cp.int32)
-    d_bid = cp.asarray(np.repeat(np.arange(bsz, dtype=np.int32), 4))
-    tmp = cp.asarray(np.random.default_rng(0).integers(0, 65535, size=(rows, hidden), dtype=np.uint16))
+    w = decode_gather_workload(cp, rows, hidden)
+    bsz, tmp, d_cu = w["bsz"], w["hidden_states"], w["cu_seqlens_q"]
     out, dst = cp.empty_like(tmp), cp.empty_like(tmp)
 
     def gather(v):
-        return lambda: fn(v, ptr(tmp), ptr(d_cu), ptr(d_lens), ptr(d_dec), ptr(d_enc), ptr(d_bid), ptr(d_cu),
-                          ptr(out), rows, bsz, rows, hidden * 2, stream_ptr(cp))
+        return lambda: fn(v, ptr(tmp), ptr(d_cu), ptr(w["seq_lens_this_time"]), ptr(w["seq_lens_decoder"]),
+                          ptr(w["seq_lens_encoder"]), ptr(w["batch_id_per_token"]), ptr(d_cu), ptr(out), rows, bsz,
+                          rows, hidden * 2, stream_ptr(cp))
 
     def copy():
         cp.cuda.runtime.memcpyAsync(dst.data.ptr, tmp.data.ptr, tmp.nbytes, cp.cuda.runtime.memcpyDeviceToDevice,

@@ -40,8 +40,8 @@
 // input_ids_len is outside [0, S_in] or whose step_idx is outside [0, S - 1]. The CUDA kernel
 // clamps them for the history instead (no host sync), so no access leaves the buffers.
 #include <algorithm>
-#include <utility>
 
+#include "ngram_checks.h"
 #include "ngram_search.h"
 #include "op_checks.h"
 
@@ -58,73 +58,26 @@ void NgramMatchCUDA(const paddle::Tensor& input_ids, const paddle::Tensor& input
 namespace {
 
 constexpr const char* kOp = "ngram_match";
-constexpr int kMaxNgramSize = 64;  // = SPECWORKER_NGRAM_MAX_SIZE of the CUDA kernel
 using paddle::DataType;
 
-void CheckArgs(const paddle::Tensor& input_ids, const paddle::Tensor& input_ids_len,
-               const paddle::Tensor& pre_ids, const paddle::Tensor& step_idx,
-               const paddle::Tensor& draft_token_num, const paddle::Tensor& draft_tokens,
-               const paddle::Tensor& seq_lens_this_time, const paddle::Tensor& seq_lens_encoder,
-               const paddle::Tensor& seq_lens_decoder, const paddle::Tensor& max_dec_len,
+void CheckArgs(const specworker::NgramInputs& in, const paddle::Tensor& seq_lens_encoder,
                const paddle::optional<paddle::Tensor>& is_block_step, int max_ngram_size,
                int max_draft_tokens, int min_ngram_size) {
-  using specworker::CheckPerSlotRows;
-  using specworker::CheckSlotRows;
+  specworker::CheckGiven(kOp, {{"seq_lens_encoder", &seq_lens_encoder}});
   const int64_t bsz =
-      specworker::CheckPerSlot(kOp, "seq_lens_this_time", seq_lens_this_time, DataType::INT32);
-  CheckPerSlotRows(kOp, "input_ids_len", input_ids_len, DataType::INT64, bsz);
-  CheckPerSlotRows(kOp, "step_idx", step_idx, DataType::INT64, bsz);
-  CheckPerSlotRows(kOp, "draft_token_num", draft_token_num, DataType::INT32, bsz);
-  CheckPerSlotRows(kOp, "seq_lens_encoder", seq_lens_encoder, DataType::INT32, bsz);
-  CheckPerSlotRows(kOp, "seq_lens_decoder", seq_lens_decoder, DataType::INT32, bsz);
-  CheckPerSlotRows(kOp, "max_dec_len", max_dec_len, DataType::INT64, bsz);
-  if (is_block_step) CheckPerSlotRows(kOp, "is_block_step", *is_block_step, DataType::BOOL, bsz);
-  CheckSlotRows(kOp, "input_ids", input_ids, DataType::INT64, bsz);
-  const int64_t S = CheckSlotRows(kOp, "pre_ids", pre_ids, DataType::INT64, bsz);
-  PD_CHECK(S >= 1, kOp, ": pre_ids has shape ", specworker::ShapeStr(pre_ids.shape()),
-           ", expected [N, S] with S >= 1 (column 0 is unused, generated tokens from column 1)");
-  const int64_t D = CheckSlotRows(kOp, "draft_tokens", draft_tokens, DataType::INT64, bsz);
-  PD_CHECK(D >= 1, kOp, ": draft_tokens has shape ", specworker::ShapeStr(draft_tokens.shape()),
-           ", expected a width D = k + 1 >= 1");
-  specworker::CheckFitsInt32(kOp, "bsz", bsz);
-  specworker::CheckFitsInt32(kOp, "input_ids width", input_ids.shape()[1]);
-  specworker::CheckFitsInt32(kOp, "pre_ids width", S);
-  specworker::CheckFitsInt32(kOp, "draft_tokens width", D);
-  PD_CHECK(1 <= min_ngram_size && min_ngram_size <= max_ngram_size &&
-               max_ngram_size <= kMaxNgramSize,
-           kOp, ": min_ngram_size = ", min_ngram_size, ", max_ngram_size = ", max_ngram_size,
-           ", expected 1 <= min_ngram_size <= max_ngram_size <= ", kMaxNgramSize);
-  PD_CHECK(max_draft_tokens >= 0, kOp, ": max_draft_tokens = ", max_draft_tokens,
-           ", expected >= 0");
-  const std::pair<const char*, const paddle::Tensor*> others[] = {
-      {"input_ids", &input_ids},         {"input_ids_len", &input_ids_len},
-      {"pre_ids", &pre_ids},             {"step_idx", &step_idx},
-      {"draft_token_num", &draft_token_num}, {"draft_tokens", &draft_tokens},
-      {"seq_lens_encoder", &seq_lens_encoder}, {"seq_lens_decoder", &seq_lens_decoder},
-      {"max_dec_len", &max_dec_len}};
-  for (const auto& [name, t] : others) {
-    specworker::CheckSamePlace(kOp, name, *t, seq_lens_this_time, "seq_lens_this_time");
-  }
+      specworker::CheckNgramInputs(kOp, in, max_ngram_size, min_ngram_size, max_draft_tokens).bsz;
+  specworker::CheckNgramPerSlotInput(kOp, "seq_lens_encoder", seq_lens_encoder, DataType::INT32,
+                                     in.seq_lens_this_time, bsz);
   if (is_block_step) {
-    specworker::CheckSamePlace(kOp, "is_block_step", *is_block_step, seq_lens_this_time,
-                               "seq_lens_this_time");
+    specworker::CheckNgramPerSlotInput(kOp, "is_block_step", *is_block_step, DataType::BOOL,
+                                       in.seq_lens_this_time, bsz);
   }
 }
 
 // Raw views of the inputs; paused is nullptr when is_block_step is omitted.
-struct Slots {
-  const int64_t* prompt;
-  const int64_t* prompt_len;
-  const int64_t* pre_ids;
-  const int64_t* step_idx;
-  const int32_t* budget;
-  int64_t* drafts;
-  int32_t* lens;
+struct Slots : specworker::NgramRows {
   const int32_t* enc;
-  const int32_t* dec;
-  const int64_t* max_dec_len;
   const bool* paused;
-  int64_t S_in, S, D;
 
   bool IsDecode(int64_t b) const {
     return enc[b] <= 0 && !(paused != nullptr && paused[b]) && dec[b] != 0;
@@ -138,13 +91,7 @@ struct Slots {
 
 void CheckHistoriesCPU(const Slots& s, int64_t bsz) {
   for (int64_t b = 0; b < bsz; ++b) {
-    if (!s.IsDecode(b)) continue;
-    PD_CHECK(s.prompt_len[b] >= 0 && s.prompt_len[b] <= s.S_in, kOp, ": input_ids_len[", b,
-             "] = ", s.prompt_len[b], ", expected 0 <= input_ids_len <= ", s.S_in,
-             " (the width of input_ids)");
-    PD_CHECK(s.step_idx[b] >= 0 && s.step_idx[b] <= s.S - 1, kOp, ": step_idx[", b, "] = ",
-             s.step_idx[b], ", expected 0 <= step_idx <= ", s.S - 1,
-             " (generated tokens sit in pre_ids columns 1 .. step_idx)");
+    if (s.IsDecode(b)) specworker::CheckSlotHistory(kOp, b, s.prompt_len[b], s.S_in, s.step_idx[b], s.S);
   }
 }
 
@@ -171,9 +118,8 @@ void NgramMatchCPU(const Slots& s, int64_t bsz, int max_ngram_size, int max_draf
       s.lens[b] = 0;
       continue;
     }
-    const int64_t room = s.max_dec_len[b] - s.step_idx[b] - 1;
-    const int64_t budget = std::min({static_cast<int64_t>(s.budget[b]),
-                                     static_cast<int64_t>(max_draft_tokens), s.D - 1, room});
+    const int64_t budget = specworker::NgramSlotBudget(s.budget[b], max_draft_tokens, s.D,
+                                                       s.max_dec_len[b], s.step_idx[b]);
     const int64_t m = MatchSlot(s, b, budget, max_ngram_size, min_ngram_size);
     for (int64_t t = 1 + m; t < s.D; ++t) s.drafts[b * s.D + t] = -1;
     s.lens[b] = static_cast<int32_t>(1 + m);
@@ -189,15 +135,10 @@ void NgramMatch(const paddle::Tensor& input_ids, const paddle::Tensor& input_ids
                 const paddle::Tensor& seq_lens_decoder, const paddle::Tensor& max_dec_len,
                 const paddle::optional<paddle::Tensor>& is_block_step, int max_ngram_size,
                 int max_draft_tokens, int min_ngram_size) {
-  specworker::CheckGiven(kOp, {{"input_ids", &input_ids}, {"input_ids_len", &input_ids_len},
-                               {"pre_ids", &pre_ids}, {"step_idx", &step_idx},
-                               {"draft_token_num", &draft_token_num}, {"draft_tokens", &draft_tokens},
-                               {"seq_lens_this_time", &seq_lens_this_time},
-                               {"seq_lens_encoder", &seq_lens_encoder},
-                               {"seq_lens_decoder", &seq_lens_decoder}, {"max_dec_len", &max_dec_len}});
-  CheckArgs(input_ids, input_ids_len, pre_ids, step_idx, draft_token_num, draft_tokens,
-            seq_lens_this_time, seq_lens_encoder, seq_lens_decoder, max_dec_len, is_block_step,
-            max_ngram_size, max_draft_tokens, min_ngram_size);
+  const specworker::NgramInputs in{input_ids,          input_ids_len,    pre_ids,
+                                   step_idx,           draft_token_num,  draft_tokens,
+                                   seq_lens_this_time, seq_lens_decoder, max_dec_len};
+  CheckArgs(in, seq_lens_encoder, is_block_step, max_ngram_size, max_draft_tokens, min_ngram_size);
   if (seq_lens_this_time.is_gpu()) {
 #ifdef SPECWORKER_WITH_CUDA
     NgramMatchCUDA(input_ids, input_ids_len, pre_ids, step_idx, draft_token_num, draft_tokens,
@@ -208,20 +149,8 @@ void NgramMatch(const paddle::Tensor& input_ids, const paddle::Tensor& input_ids
     PD_THROW(kOp, ": got GPU tensors but the extension was built without CUDA");
 #endif
   }
-  const Slots s{input_ids.data<int64_t>(),
-                input_ids_len.data<int64_t>(),
-                pre_ids.data<int64_t>(),
-                step_idx.data<int64_t>(),
-                draft_token_num.data<int32_t>(),
-                draft_tokens.data<int64_t>(),
-                seq_lens_this_time.data<int32_t>(),
-                seq_lens_encoder.data<int32_t>(),
-                seq_lens_decoder.data<int32_t>(),
-                max_dec_len.data<int64_t>(),
-                is_block_step ? is_block_step->data<bool>() : nullptr,
-                input_ids.shape()[1],
-                pre_ids.shape()[1],
-                draft_tokens.shape()[1]};
+  const Slots s{specworker::NgramRowsOf(in), seq_lens_encoder.data<int32_t>(),
+                is_block_step ? is_block_step->data<bool>() : nullptr};
   NgramMatchCPU(s, seq_lens_this_time.shape()[0], max_ngram_size, max_draft_tokens,
                 min_ngram_size);
 }

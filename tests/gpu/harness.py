@@ -1,17 +1,22 @@
 """The GPU tests' side of the standalone CUDA harness (kernel_harness builds and launches the
-kernels): the skip policy. A test module calls ``cp = require_gpu()`` at import: without CuPy, a
-GPU or nvcc the module is skipped with a message that says which one is missing.
+kernels): the skip policy, and guard rows for written buffers. A test module calls ``cp = require_gpu()``
+at import: without CuPy, a GPU or nvcc the module is skipped with a message that says which one is missing.
 
 No Paddle is imported here, so the same tests run on a GPU machine that has only nvcc and CuPy.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from kernel_harness import gpu_unavailable_reason, kernels_lib, launcher, ptr, raw_launcher, stream
 
-__all__ = ["gpu_unavailable_reason", "kernels_lib", "launcher", "ptr", "raw_launcher", "require_gpu", "stream"]
+__all__ = ["CANARY", "GUARD", "gpu_unavailable_reason", "guarded", "kernels_lib", "launcher", "ptr", "raw_launcher",
+           "require_gpu", "state_to_device", "stream", "unguarded"]
+
+GUARD = 16  # rows past a written buffer's end that the kernel must leave untouched
+CANARY = -7777  # what those rows hold
 
 
 def require_gpu():
@@ -22,3 +27,31 @@ def require_gpu():
     import cupy as cp
 
     return cp
+
+
+def guarded(cp, a):
+    """Device copy of the numpy array `a` followed by GUARD rows of CANARY."""
+    a = np.asarray(a)
+    return cp.asarray(np.concatenate([a, np.full((GUARD,) + a.shape[1:], CANARY, a.dtype)]))
+
+
+def unguarded(cp, d, name: str, like=None) -> np.ndarray:
+    """The rows of the guarded device buffer `d` before its guard, as numpy (shaped like `like` when given),
+    after checking that the guard rows still hold CANARY: a write past the end fails naming `name`."""
+    a = cp.asnumpy(d)
+    assert (a[-GUARD:] == CANARY).all(), f"{name} written past its end"
+    return a[:-GUARD] if like is None else a[:-GUARD].reshape(np.shape(like))
+
+
+def state_to_device(cp, state: dict, keys, writes, matrices) -> dict:
+    """Device copies of state[k] for each k in keys, in the kernel's argument order: None (an omitted optional
+    input) stays None, so ptr() passes NULL; the 2-D buffers named in `matrices` keep their shape and every
+    other input goes flat (FastDeploy's [bsz, 1] per-slot columns too); the buffers in `writes` get the guard."""
+    d = {}
+    for k in keys:
+        v = state.get(k)
+        if v is not None:
+            v = np.asarray(v) if k in matrices else np.reshape(v, -1)
+            v = guarded(cp, v) if k in writes else cp.asarray(v)
+        d[k] = v
+    return d

@@ -14,7 +14,7 @@ from tests.linear_cases import (  # noqa: F401  written once, also run on the Pa
     test_batch_invariant_linear_k_zero_gives_bias_or_zeros, test_batch_invariant_linear_matches_reference,
     test_batch_invariant_linear_row_bits_independent_of_batch,
 )
-from tests.reference.batch_invariant_linear import ref_batch_invariant_linear_fp32_order
+from reference.batch_invariant_linear import ref_batch_invariant_linear_fp32_order
 
 cp = require_gpu()
 

@@ -1,17 +1,17 @@
-"""draft_model_postprocess's CUDA kernel against the numpy reference (tests/draft_cases.py cases,
+"""draft_model_postprocess's CUDA kernel against the numpy reference (reference/cases/draft_state.py cases,
 batch sizes past one block, and the kernel's gap handling where the CPU op raises)."""
 
 
 import numpy as np
 import pytest
 
-from tests import draft_cases as dc
+from reference.cases import draft_state as dc
 from tests.draft_postprocess_case_tests import (  # noqa: F401  written once, also run on the Paddle op
     PAUSED, make_state, test_draft_model_postprocess_full_row_and_width_one, test_draft_model_postprocess_literal,
     test_draft_model_postprocess_matches_reference, test_draft_model_postprocess_paused_slots_get_no_tokens,
 )
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
-from tests.reference.draft_model_postprocess import ref_draft_model_postprocess
+from reference.draft_model_postprocess import ref_draft_model_postprocess
 
 cp = require_gpu()
 launch = launcher("specworker_draft_model_postprocess_launch")

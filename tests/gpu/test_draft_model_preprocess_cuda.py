@@ -8,8 +8,8 @@ from tests.draft_preprocess_cases import (  # noqa: F401  written once, also run
     test_draft_model_preprocess_bsz_one_decode_literal, test_draft_model_preprocess_matches_reference,
     test_draft_model_preprocess_three_slots_literal,
 )
-from tests.mtp_cases import make_round_state
-from tests.reference.draft_model_preprocess import UPDATED_KEYS, ref_draft_model_preprocess
+from reference.cases.mtp_round_state import make_round_state
+from reference.draft_model_preprocess import UPDATED_KEYS, ref_draft_model_preprocess
 
 cp = require_gpu()
 launch = launcher("specworker_draft_model_preprocess_launch")

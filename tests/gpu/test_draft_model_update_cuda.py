@@ -1,18 +1,18 @@
 """draft_model_update's CUDA kernel against the numpy reference, on the cases the CPU tests use
-(tests/draft_cases.py) plus batch sizes past one block and the kernel's bounds-check fallback."""
+(reference/cases/draft_state.py) plus batch sizes past one block and the kernel's bounds-check fallback."""
 
 
 import numpy as np
 import pytest
 
-from tests import draft_cases as dc
+from reference.cases import draft_state as dc
 from tests.draft_update_case_tests import (  # noqa: F401  written once, also run on the Paddle op
     assert_state_equal, run_ref, test_draft_model_update_bsz_256_closed_form, test_draft_model_update_literal,
     test_draft_model_update_matches_reference, test_draft_model_update_random_rounds_match_reference,
     test_draft_model_update_round_of_three_substeps_literal,
 )
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
-from tests.reference.draft_model_update import STATE_KEYS
+from reference.draft_model_update import STATE_KEYS
 
 cp = require_gpu()
 launch = launcher("specworker_draft_model_update_launch")

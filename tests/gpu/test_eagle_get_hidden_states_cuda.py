@@ -9,9 +9,9 @@ from tests.eagle_hidden_cases import (  # noqa: F401  written once, also run on 
     test_eagle_get_hidden_states_three_slots_literal,
 )
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
-from tests.mtp_cases import all_round_cases, make_round_state, make_target_hidden
-from tests.reference.draft_model_preprocess import ref_draft_model_preprocess
-from tests.reference.eagle_get_hidden_states import ref_eagle_get_hidden_states
+from reference.cases.mtp_round_state import all_round_cases, make_round_state, make_target_hidden
+from reference.draft_model_preprocess import ref_draft_model_preprocess
+from reference.eagle_get_hidden_states import ref_eagle_get_hidden_states
 
 cp = require_gpu()
 launch = launcher("specworker_eagle_get_hidden_states_launch")

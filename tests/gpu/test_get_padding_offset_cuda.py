@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tests.cases import make_step_batch
+from reference.cases.step_batch import make_step_batch
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from tests.padding_offset_cases import (  # noqa: F401  written once, also run on the Paddle op
     DRAFTS, ENCODER, INPUT_IDS, LENS, test_get_padding_offset_capacity_exceeds_token_num_literal,
@@ -11,7 +11,7 @@ from tests.padding_offset_cases import (  # noqa: F401  written once, also run o
     test_get_padding_offset_without_drafts_reads_input_ids_literal, test_get_padding_offset_zero_slots,
     test_get_padding_offset_zero_tokens,
 )
-from tests.reference.get_padding_offset import ref_get_padding_offset
+from reference.get_padding_offset import ref_get_padding_offset
 
 cp = require_gpu()
 launch = launcher("specworker_get_padding_offset_launch")

@@ -1,84 +1,53 @@
-"""The standalone hybrid_mtp_ngram CUDA kernel against the numpy reference: the CPU test's literal and
-randomized cases (tests/hybrid_cases.py), plus sizes only a GPU run makes interesting."""
+"""The standalone hybrid_mtp_ngram CUDA kernel against the numpy reference: the tests shared with the CPU op
+(tests/hybrid_case_tests.py, on the cases of tests/hybrid_cases.py), plus sizes only a GPU run makes
+interesting."""
 
 
 import numpy as np
 import pytest
 
-from tests.gpu.harness import launcher, ptr, require_gpu, stream
-from tests.hybrid_cases import HYBRID_CASES, KINDS, NGRAM_SIZES, WIDTHS, all_cases, literal_state, make_hybrid_state
-from tests.reference.hybrid_mtp_ngram import ref_hybrid_mtp_ngram
+from reference.hybrid_mtp_ngram import ref_hybrid_mtp_ngram
+from tests.gpu.harness import launcher, ptr, require_gpu, state_to_device, stream, unguarded
+from tests.hybrid_case_tests import (  # noqa: F401  written once, also run on the Paddle op
+    WRITES, assert_state_equal, test_hybrid_mtp_ngram_literal, test_hybrid_mtp_ngram_matches_reference,
+    test_hybrid_mtp_ngram_matches_reference_other_widths,
+)
+from tests.hybrid_cases import HYBRID_CASES, KINDS, NGRAM_SIZES, all_cases, literal_state, make_hybrid_state
 
 cp = require_gpu()
 launch = launcher("specworker_hybrid_mtp_ngram_launch")
 
 ARGS = ("input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num", "draft_tokens", "seq_lens_this_time",
         "seq_lens_decoder", "max_dec_len", "seq_lens_encoder")
-WRITES = ("draft_tokens", "seq_lens_this_time")
-GUARD = 16  # rows past each written buffer's end that the kernel must leave untouched
-CANARY = -7777
-
-
-def _with_guard(a):
-    a = np.asarray(a)
-    return np.concatenate([a, np.full((GUARD,) + a.shape[1:], CANARY, a.dtype)])
 
 
 def run_kernel(state: dict, *, max_ngram_size: int, min_ngram_size: int, max_draft_tokens: int,
                num_model_steps: int) -> dict:
     """Runs the kernel on a numpy state (seq_lens_encoder absent = NULL); returns the new state."""
     bsz = np.asarray(state["seq_lens_this_time"]).size
-    d = {}
-    for k in ARGS:
-        v = state.get(k)
-        if v is None:
-            d[k] = None
-        elif k in WRITES:
-            d[k] = cp.asarray(_with_guard(v if k == "draft_tokens" else np.reshape(v, -1)))
-        else:
-            d[k] = cp.asarray(v if k in ("input_ids", "pre_ids") else np.reshape(v, -1))
+    d = state_to_device(cp, state, ARGS, WRITES, matrices=("input_ids", "pre_ids", "draft_tokens"))
     launch(*(ptr(d[k]) for k in ARGS), bsz, state["input_ids"].shape[1], state["pre_ids"].shape[1],
            state["draft_tokens"].shape[1], max_ngram_size, min_ngram_size, max_draft_tokens, num_model_steps,
            stream())
     out = dict(state)
     for k in WRITES:
-        a = cp.asnumpy(d[k])
-        assert (a[-GUARD:] == CANARY).all(), f"{k} written past its end"
-        out[k] = a[:-GUARD].reshape(np.shape(state[k]))
+        out[k] = unguarded(cp, d[k], k, like=state[k])
     return out
 
 
-def assert_state_equal(got: dict, want: dict):
-    for k in WRITES:
-        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/hybrid_case_tests.py): the kernel, GUARD checked."""
+    return run_kernel
 
 
-@pytest.mark.parametrize("name, state, attrs, expected", HYBRID_CASES, ids=[c[0] for c in HYBRID_CASES])
-def test_hybrid_mtp_ngram_cuda_literal(name, state, attrs, expected):
-    got = run_kernel(state, **attrs)
-    for k, v in expected.items():
-        np.testing.assert_array_equal(got[k], np.asarray(v), err_msg=f"{name}: {k}")
-
-
-@pytest.mark.parametrize("bsz, kind, sizes, seed", all_cases())
-def test_hybrid_mtp_ngram_cuda_matches_reference(bsz, kind, sizes, seed):
-    """The CPU test's random cases (same seeds), the encoder input given and omitted."""
-    for with_encoder in (True, False):
-        state = make_hybrid_state(np.random.default_rng(seed), bsz, kind, extra_rows=seed % 3,
-                                  with_encoder=with_encoder)
-        attrs = dict(max_ngram_size=sizes[0], min_ngram_size=sizes[1], max_draft_tokens=3, num_model_steps=2)
-        assert_state_equal(run_kernel(state, **attrs), ref_hybrid_mtp_ngram(state, **attrs))
-
-
-@pytest.mark.parametrize("num_draft, steps", WIDTHS, ids=[f"k{k}_s{s}" for k, s in WIDTHS])
-@pytest.mark.parametrize("max_draft_tokens", [None, 1, 7])
-def test_hybrid_mtp_ngram_cuda_other_widths(num_draft, steps, max_draft_tokens):
-    for seed, kind in enumerate(("mixed", "repetitive", "near_max_dec_len", "chains_cut_short")):
-        state = make_hybrid_state(np.random.default_rng(seed), 17, kind, num_draft=num_draft, num_model_steps=steps,
-                                  extra_rows=2)
-        attrs = dict(max_ngram_size=3, min_ngram_size=1, num_model_steps=steps,
-                     max_draft_tokens=num_draft if max_draft_tokens is None else max_draft_tokens)
-        assert_state_equal(run_kernel(state, **attrs), ref_hybrid_mtp_ngram(state, **attrs))
+@pytest.fixture(params=[(bsz, kind, sizes, seed, with_encoder, False) for bsz, kind, sizes, seed in all_cases()
+                        for with_encoder in (True, False)],
+                ids=lambda p: f"{p[0]}-{p[1]}-{p[2][0]}-{p[2][1]}-{p[3]}-{'encoder' if p[4] else 'no_encoder'}")
+def reference_grid(request):
+    """(bsz, kind, sizes, seed, with_encoder, column): the CPU test's random cases (same seeds), the encoder
+    input given and omitted (NULL)."""
+    return request.param
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -2,47 +2,30 @@
 import numpy as np
 import pytest
 
-from tests.gpu.harness import launcher, ptr, require_gpu, stream
+from tests.gpu.harness import launcher, ptr, require_gpu, state_to_device, stream, unguarded
 from tests.ngram_case_tests import (  # noqa: F401  written once, also run on the Paddle op
     WRITES, assert_state_equal, test_ngram_match_literal, test_ngram_match_matches_reference,
 )
 from tests.ngram_cases import KINDS, NGRAM_CASES, NGRAM_SIZES, literal_state, make_ngram_state
-from tests.reference.ngram_match import ref_ngram_match
+from reference.ngram_match import ref_ngram_match
 
 cp = require_gpu()
 launch = launcher("specworker_ngram_match_launch")
 
 ARGS = ("input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num", "draft_tokens", "seq_lens_this_time",
         "seq_lens_encoder", "seq_lens_decoder", "max_dec_len", "is_block_step")
-GUARD = 16  # rows past each written buffer's end that the kernel must leave untouched
-CANARY = -7777
-
-
-def _with_guard(a):
-    a = np.asarray(a)
-    return np.concatenate([a, np.full((GUARD,) + a.shape[1:], CANARY, a.dtype)])
 
 
 def run_kernel(state: dict, *, max_ngram_size: int, max_draft_tokens: int, min_ngram_size: int = 1,
                bsz: int | None = None) -> dict:
     """Runs the kernel on a numpy state (is_block_step absent = NULL); returns the new state."""
     bsz = len(state["seq_lens_this_time"]) if bsz is None else bsz
-    d = {}
-    for k in ARGS:
-        v = state.get(k)
-        if v is None:
-            d[k] = None
-        elif k in WRITES:
-            d[k] = cp.asarray(_with_guard(v if k == "draft_tokens" else np.reshape(v, -1)))
-        else:
-            d[k] = cp.asarray(v if v.ndim == 2 and k in ("input_ids", "pre_ids") else np.reshape(v, -1))
+    d = state_to_device(cp, state, ARGS, WRITES, matrices=("input_ids", "pre_ids", "draft_tokens"))
     launch(*(ptr(d[k]) for k in ARGS), bsz, state["input_ids"].shape[1], state["pre_ids"].shape[1],
            state["draft_tokens"].shape[1], max_ngram_size, max_draft_tokens, min_ngram_size, stream())
     out = dict(state)
     for k in WRITES:
-        a = cp.asnumpy(d[k])
-        assert (a[-GUARD:] == CANARY).all(), f"{k} written past its end"
-        out[k] = a[:-GUARD]
+        out[k] = unguarded(cp, d[k], k)
     return out
 
 

@@ -33,7 +33,7 @@ from tests.paged_attention_cases import (
     pack_case,
     random_slot,
 )
-from tests.reference.paged_attention import ref_paged_attention
+from reference.paged_attention import ref_paged_attention
 
 cp = require_gpu()
 

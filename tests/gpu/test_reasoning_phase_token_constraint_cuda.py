@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from tests.cases import all_cases, make_step_batch, pack_output_index
+from reference.cases.step_batch import all_cases, make_step_batch, pack_output_index
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from tests.reasoning_cases import (  # noqa: F401  written once, also run on the Paddle op
     LF, MASKED, THINK_END, check_against_reference, test_reasoning_phase_token_constraint_literal_three_slots,

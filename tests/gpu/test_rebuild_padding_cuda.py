@@ -9,14 +9,14 @@ kernel forgets to write shows up. Index values out of range give zero rows here 
 import numpy as np
 import pytest
 
-from tests.cases import make_step_batch, pack_output_index, seq_lens_output
+from reference.cases.step_batch import make_step_batch, pack_output_index, seq_lens_output
 from tests.gpu.harness import ptr, raw_launcher, require_gpu, stream
 from tests.rebuild_padding_cases import (  # noqa: F401  written once, also run on the Paddle op
     test_rebuild_padding_decode_rows_use_local_index, test_rebuild_padding_fails_with_padding_offsets_as_batch_ids,
     test_rebuild_padding_matches_reference, test_rebuild_padding_rejects_unpaired_output_index,
     test_rebuild_padding_zero_tokens,
 )
-from tests.reference.rebuild_padding import ref_rebuild_padding
+from reference.rebuild_padding import ref_rebuild_padding
 
 cp = require_gpu()
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
-from tests.reference.speculate_get_seq_lens_output import ref_speculate_get_seq_lens_output
+from reference.speculate_get_seq_lens_output import ref_speculate_get_seq_lens_output
 from tests.seq_lens_output_cases import (  # noqa: F401  written once, also run on the Paddle op
     test_speculate_get_seq_lens_output_matches_reference,
     test_speculate_get_seq_lens_output_three_slots_literal,

@@ -11,7 +11,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from tests.cases import all_cases, pack_output_index
+from reference.cases.step_batch import all_cases, pack_output_index
 from tests.gpu.harness import launcher, ptr, raw_launcher, require_gpu, stream
 from tests.penalty_case_tests import (  # noqa: F401  written once, also run on the Paddle op
     TOL, from_bf16_bits, rounded, to_bf16_bits, test_penalty_row_i_equals_nonspeculative_with_drafts_appended,
@@ -28,7 +28,7 @@ from tests.penalty_cases import (
     make_penalty_case,
     three_slot_case,
 )
-from tests.reference.speculate_get_token_penalty_multi_scores import MASK_VALUE_FP16
+from reference.speculate_get_token_penalty_multi_scores import MASK_VALUE_FP16
 
 cp = require_gpu()
 

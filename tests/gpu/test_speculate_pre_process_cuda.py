@@ -5,14 +5,14 @@ unfused kernels (also on bad values, where the kernels stay in bounds), any bsz 
 import numpy as np
 import pytest
 
-from tests.cases import make_step_batch
+from reference.cases.step_batch import make_step_batch
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from tests.pre_process_cases import (  # noqa: F401  written once, also run on the Paddle op
     DRAFTS, ENCODER, INPUT_IDS, LENS, test_speculate_pre_process_matches_reference,
     test_speculate_pre_process_non_speculative_literal, test_speculate_pre_process_three_slots_literal,
     test_speculate_pre_process_zero_slots, test_speculate_pre_process_zero_tokens,
 )
-from tests.reference.speculate_pre_process import ref_speculate_pre_process
+from reference.speculate_pre_process import ref_speculate_pre_process
 
 cp = require_gpu()
 launch = launcher("specworker_speculate_pre_process_launch")

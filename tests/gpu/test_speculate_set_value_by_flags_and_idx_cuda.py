@@ -2,14 +2,14 @@
 import numpy as np
 import pytest
 
-from tests.gpu.harness import launcher, ptr, require_gpu, stream
+from tests.gpu.harness import launcher, ptr, require_gpu, state_to_device, stream, unguarded
 from tests.gpu.test_speculate_update_cuda import run_kernel as run_update_kernel
-from tests.reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx
-from tests.reference.speculate_update import ref_speculate_update
+from reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx
+from reference.speculate_update import ref_speculate_update
 from tests.set_value_case_tests import (  # noqa: F401  written once, also run on the Paddle op
     WRITES, test_speculate_set_value_by_flags_and_idx_literal, test_speculate_set_value_by_flags_and_idx_matches_reference,
 )
-from tests.state_cases import KINDS, run_rounds, start_batch
+from reference.cases.post_verify_state import KINDS, run_rounds, start_batch
 from tests.update_literals import SET_VALUE_CASES
 
 cp = require_gpu()
@@ -17,26 +17,16 @@ launch = launcher("specworker_speculate_set_value_by_flags_and_idx_launch")
 
 # Kernel argument order (state keys; "pre_ids" is the kernel's pre_ids_all).
 ARGS = ("pre_ids", "accept_tokens", "accept_num", "stop_flags", "seq_lens_encoder", "seq_lens_decoder", "step_idx")
-GUARD = 16  # rows past each written buffer's end that the kernel must leave untouched
-CANARY = -7777
 
 
 def run_kernel(state: dict, bsz: int | None = None) -> dict:
     """Runs the kernel on a numpy state; returns the new state (bsz = len(seq_lens_this_time))."""
     bsz = len(np.reshape(state["seq_lens_this_time"], -1)) if bsz is None else bsz
-    d = {}
-    for k in ARGS:
-        v = np.asarray(state[k])
-        v = v if k in ("pre_ids", "accept_tokens") else v.reshape(-1)
-        if k in WRITES:
-            v = np.concatenate([v, np.full((GUARD,) + v.shape[1:], CANARY, v.dtype)])
-        d[k] = cp.asarray(v)
+    d = state_to_device(cp, state, ARGS, WRITES, matrices=("pre_ids", "accept_tokens"))
     launch(*(ptr(d[k]) for k in ARGS), bsz, state["pre_ids"].shape[1], state["accept_tokens"].shape[1], stream())
     out = dict(state)
     for k in WRITES:
-        a = cp.asnumpy(d[k])
-        assert (a[-GUARD:] == CANARY).all(), f"{k} written past its end"
-        out[k] = a[:-GUARD].reshape(np.shape(state[k]))
+        out[k] = unguarded(cp, d[k], k, like=state[k])
     return out
 
 
@@ -84,7 +74,7 @@ def test_speculate_set_value_by_flags_and_idx_cuda_launcher_rejects_negative_bsz
 @pytest.mark.parametrize("num_slots, num_draft, seed", [(3, 2, 1), (257, 3, 2), (5000, 4, 3)])
 def test_speculate_state_rounds_cuda_history_matches_emitted_tokens(num_slots, num_draft, seed):
     """Both kernels over 12 engine steps, checked each round against the composed references
-    and SPEC's invariants (tests/state_cases.py check_round_invariants)."""
+    and SPEC's invariants (reference/cases/post_verify_state.py check_round_invariants)."""
     state, meta = start_batch(np.random.default_rng(seed), num_slots, num_draft, max_model_len=24, max_dec_len=40)
     ref_state, ref_meta = start_batch(np.random.default_rng(seed), num_slots, num_draft, max_model_len=24,
                                       max_dec_len=40)

@@ -2,12 +2,12 @@
 import numpy as np
 import pytest
 
-from tests.gpu.harness import launcher, ptr, require_gpu, stream
+from tests.gpu.harness import GUARD, launcher, ptr, require_gpu, state_to_device, stream, unguarded
 from tests.speculate_update_case_tests import (  # noqa: F401  written once, also run on the Paddle op
     test_speculate_update_literal, test_speculate_update_matches_reference, test_speculate_update_not_need_stop_boundary,
     test_speculate_update_without_mask_rollback,
 )
-from tests.state_cases import KINDS, make_post_verify_state
+from reference.cases.post_verify_state import KINDS, make_post_verify_state
 from tests.update_literals import UPDATE_CASES
 
 cp = require_gpu()
@@ -18,14 +18,7 @@ ARGS = ("seq_lens_encoder", "seq_lens_decoder", "not_need_stop", "draft_tokens",
         "accept_tokens", "accept_num", "stop_flags", "seq_lens_this_time", "is_block_step", "stop_nums",
         "mask_rollback")
 WRITES = ("seq_lens_encoder", "seq_lens_decoder", "draft_tokens", "actual_draft_token_nums", "mask_rollback")
-GUARD = 16  # rows past each written buffer's end that the kernel must leave untouched
-CANARY = -7777
 FLAG_CANARY = 7  # not_need_stop travels as uint8 so a stray write past byte 0 shows
-
-
-def _with_guard(a):
-    a = np.asarray(a)
-    return np.concatenate([a, np.full((GUARD,) + a.shape[1:], CANARY, a.dtype)])
 
 
 def run_kernel(state: dict, bsz: int | None = None, num_slots: int | None = None, width: int | None = None) -> dict:
@@ -34,24 +27,13 @@ def run_kernel(state: dict, bsz: int | None = None, num_slots: int | None = None
     bsz = len(state["seq_lens_this_time"]) if bsz is None else bsz
     num_slots = len(state["stop_flags"]) if num_slots is None else num_slots
     width = state["draft_tokens"].shape[1] if width is None else width
-    d = {}
-    for k in ARGS:
-        v = state.get(k)
-        if v is None:
-            d[k] = None
-        elif k in WRITES:
-            d[k] = cp.asarray(_with_guard(v if k == "draft_tokens" else np.reshape(v, -1)))
-        elif k == "not_need_stop":
-            d[k] = cp.asarray(np.array([int(v[0])] + [FLAG_CANARY] * GUARD, np.uint8))
-        else:
-            d[k] = cp.asarray(v)
+    d = state_to_device(cp, state, ARGS, WRITES, matrices=("draft_tokens", "accept_tokens"))
+    d["not_need_stop"] = cp.asarray(np.array([int(state["not_need_stop"][0])] + [FLAG_CANARY] * GUARD, np.uint8))
     launch(*(ptr(d[k]) for k in ARGS), bsz, num_slots, width, stream())
     out = dict(state)
     for k in WRITES:
         if d[k] is not None:
-            a = cp.asnumpy(d[k])
-            assert (a[-GUARD:] == CANARY).all(), f"{k} written past its end"
-            out[k] = a[:-GUARD]
+            out[k] = unguarded(cp, d[k], k)
     flag = cp.asnumpy(d["not_need_stop"])
     assert (flag[1:] == FLAG_CANARY).all() and flag[0] in (0, 1), f"not_need_stop bytes {flag[:4]}"
     out["not_need_stop"] = flag[:1].astype(bool)

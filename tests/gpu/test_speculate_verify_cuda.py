@@ -6,10 +6,10 @@ larger randomized grid, and the CUDA-only bound checks."""
 import numpy as np
 import pytest
 
-from tests.cases import BATCH_SIZES, KINDS
+from reference.cases.step_batch import BATCH_SIZES, KINDS
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from kernel_harness.speculate_verify import launch_args, raw_launcher, run_verify_cuda, to_device
-from tests.reference.speculate_verify import ref_speculate_verify
+from reference.speculate_verify import ref_speculate_verify
 from tests.verify_case_tests import (  # noqa: F401  written once, also run on the Paddle op
     STRATEGIES, assert_outputs, test_speculate_verify_deterministic_when_seeded,
     test_speculate_verify_first_token_follows_target_distribution, test_speculate_verify_literal,

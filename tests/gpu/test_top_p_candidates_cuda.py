@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from tests.cases import all_cases, make_step_batch
+from reference.cases.step_batch import all_cases, make_step_batch
 from tests.gpu.harness import launcher, ptr, require_gpu, stream
 from tests.sampling_fixtures import output_index, random_probs, random_top_p
 from tests.top_p_cases import (  # noqa: F401  written once, also run on the Paddle op

@@ -12,8 +12,8 @@ import pytest
 from specworker.model_executor import ops, pre_and_post_process
 from specworker.model_executor.forward_meta import ForwardMeta, StaleForwardMetaError
 from specworker.model_executor.pre_and_post_process import gather_logit_rows, pre_process, pre_process_unfused
-from tests.cases import all_cases, make_step_batch
-from tests.reference.pre_process import ref_pre_process
+from reference.cases.step_batch import all_cases, make_step_batch
+from reference.pre_process import ref_pre_process
 from tests.sync_guard import HostReadError, forbid_host_reads
 
 FIELDS = ("ids_remove_padding", "batch_id_per_token", "cu_seqlens_q", "cu_seqlens_k", "seq_lens_output",

@@ -1,9 +1,9 @@
-"""Sampler (layers/sampler.py) against tests/reference/sampler.py: literal cases, reference
+"""Sampler (layers/sampler.py) against reference/sampler.py: literal cases, reference
 agreement, kept sets, a chi-square test (batch invariance, reproducibility, masks and the no-host-read
 contract are in test_sampler_invariance.py).
 
 Inputs are per-slot sampling buffers as numpy (share_inputs names) and the output index from
-tests.cases.pack_output_index, converted to Paddle CPU tensors by run_sampler.
+reference.cases.step_batch.pack_output_index, converted to Paddle CPU tensors by run_sampler.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from specworker.model_executor.layers.sampler import sampling_weights
 from specworker.model_executor.layers.sampling_rng import counter_bits, counter_uniform, inverse_cdf_sample
 from tests.chi_square import chi2_pvalue
-from tests.reference.sampler import ref_counter_uniform, ref_weights
+from reference.sampler import ref_counter_uniform, ref_weights
 from tests.sampler_cases import default_params, kept_set, random_logits, random_params, run_reference, run_sampler
 
 

@@ -10,7 +10,7 @@ import pytest
 from specworker.model_executor.forward_meta import ForwardMeta, StaleForwardMetaError
 from specworker.model_executor.layers.sampler import Sampler, SamplingMetadata, softmax_weights
 from specworker.model_executor.slot_buffers import TARGET_BUFFERS
-from tests.reference.sampler import ref_softmax_weights
+from reference.sampler import ref_softmax_weights
 from tests.sampler_cases import default_params, make_meta, make_sampling, random_logits, random_params, run_sampler
 from tests.sync_guard import forbid_host_reads
 

@@ -3,13 +3,13 @@ import paddle
 import pytest
 
 from specworker.model_executor.ops import draft_model_postprocess
-from tests import draft_cases as dc
+from reference.cases import draft_state as dc
 from tests.draft_postprocess_case_tests import (  # noqa: F401  written once, also run on the CUDA kernel
     LITERAL, LITERAL_EXPECTED, PAUSED, PAUSED_EXPECTED, make_state, test_draft_model_postprocess_full_row_and_width_one,
     test_draft_model_postprocess_literal, test_draft_model_postprocess_matches_reference,
     test_draft_model_postprocess_paused_slots_get_no_tokens,
 )
-from tests.reference.draft_model_postprocess import ref_draft_model_postprocess
+from reference.draft_model_postprocess import ref_draft_model_postprocess
 
 
 def run_op(state, column=False):

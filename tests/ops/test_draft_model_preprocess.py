@@ -3,13 +3,13 @@ import paddle
 import pytest
 
 from specworker.model_executor.ops import draft_model_preprocess
-from tests.mtp_cases import all_round_cases, make_round_state
+from reference.cases.mtp_round_state import all_round_cases, make_round_state
 from tests.draft_preprocess_cases import (  # noqa: F401  written once, also run on the CUDA kernel
     assert_states_equal, literal_state, one_slot_decode, test_draft_model_preprocess_bsz_256_structured,
     test_draft_model_preprocess_bsz_one_decode_literal, test_draft_model_preprocess_matches_reference,
     test_draft_model_preprocess_three_slots_literal,
 )
-from tests.reference.draft_model_preprocess import INPUT_KEYS, UPDATED_KEYS, ref_draft_model_preprocess
+from reference.draft_model_preprocess import INPUT_KEYS, UPDATED_KEYS, ref_draft_model_preprocess
 
 
 def run_op(state, num_model_steps=1, is_splitwise_prefill=False, truncate_first_token=True):

@@ -3,13 +3,13 @@ import paddle
 import pytest
 
 from specworker.model_executor.ops import draft_model_postprocess, draft_model_update
-from tests import draft_cases as dc
+from reference.cases import draft_state as dc
 from tests.draft_update_case_tests import (  # noqa: F401  written once, also run on the CUDA kernel
     assert_state_equal, run_ref, test_draft_model_update_bsz_256_closed_form, test_draft_model_update_literal,
     test_draft_model_update_matches_reference, test_draft_model_update_random_rounds_match_reference,
     test_draft_model_update_round_of_three_substeps_literal,
 )
-from tests.reference.draft_model_update import STATE_KEYS
+from reference.draft_model_update import STATE_KEYS
 
 PER_SLOT = ("seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "step_idx", "stop_flags")
 

@@ -8,8 +8,8 @@ from tests.eagle_hidden_cases import (  # noqa: F401  written once, also run on 
     per_slot, rows, test_eagle_get_hidden_states_bsz_256_structured, test_eagle_get_hidden_states_bsz_one_literal,
     test_eagle_get_hidden_states_matches_reference, test_eagle_get_hidden_states_three_slots_literal,
 )
-from tests.mtp_cases import all_round_cases, make_round_state, make_target_hidden
-from tests.reference.draft_model_preprocess import INPUT_KEYS, ref_draft_model_preprocess
+from reference.cases.mtp_round_state import all_round_cases, make_round_state, make_target_hidden
+from reference.draft_model_preprocess import INPUT_KEYS, ref_draft_model_preprocess
 
 PER_SLOT = ("seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "stop_flags", "accept_num",
             "target_model_seq_lens_this_time", "target_model_seq_lens_encoder")

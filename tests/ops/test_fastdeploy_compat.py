@@ -13,10 +13,10 @@ from specworker.model_executor.ops import (draft_model_preprocess, draft_model_u
                                            reasoning_phase_token_constraint,
                                            speculate_get_token_penalty_multi_scores, speculate_update,
                                            speculate_verify, top_p_candidates)
-from tests import draft_cases as dc
+from reference.cases import draft_state as dc
 from tests.penalty_cases import make_penalty_case
-from tests.reference.draft_model_update import STATE_KEYS
-from tests.state_cases import make_post_verify_state
+from reference.draft_model_update import STATE_KEYS
+from reference.cases.post_verify_state import make_post_verify_state
 
 SEEDS = [(bsz, seed) for seed, bsz in enumerate((1, 3, 17, 64))]
 

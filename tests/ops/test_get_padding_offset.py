@@ -3,7 +3,7 @@ import paddle
 import pytest
 
 from specworker.model_executor.ops import PaddingOffsetOutput, get_padding_offset
-from tests.cases import all_cases, make_step_batch, pack_output_index
+from reference.cases.step_batch import all_cases, make_step_batch, pack_output_index
 from tests.padding_offset_cases import (  # noqa: F401  written once, also run on the CUDA kernel
     DRAFTS, ENCODER, INPUT_IDS, LENS, test_get_padding_offset_capacity_exceeds_token_num_literal,
     test_get_padding_offset_index_only_without_input_ids_literal, test_get_padding_offset_matches_reference,
@@ -11,7 +11,7 @@ from tests.padding_offset_cases import (  # noqa: F401  written once, also run o
     test_get_padding_offset_without_drafts_reads_input_ids_literal, test_get_padding_offset_zero_slots,
     test_get_padding_offset_zero_tokens,
 )
-from tests.reference.speculate_get_seq_lens_output import ref_speculate_get_seq_lens_output
+from reference.speculate_get_seq_lens_output import ref_speculate_get_seq_lens_output
 
 
 def tensor(x, dtype):

@@ -2,19 +2,23 @@ import numpy as np
 import paddle
 import pytest
 
+from reference.hybrid_mtp_ngram import ref_hybrid_mtp_ngram
+from reference.ngram_match import ref_ngram_match
 from specworker.model_executor.ops import hybrid_mtp_ngram, ngram_match
 from tests import hybrid_cases as hc
-from tests.hybrid_cases import HYBRID_CASES, KINDS, NGRAM_SIZES, WIDTHS, all_cases, literal_state, make_hybrid_state
-from tests.reference.hybrid_mtp_ngram import ref_hybrid_mtp_ngram
-from tests.reference.ngram_match import ref_ngram_match
+from tests.hybrid_case_tests import (  # noqa: F401  written once, also run on the CUDA kernel
+    WRITES, assert_state_equal, test_hybrid_mtp_ngram_literal, test_hybrid_mtp_ngram_matches_reference,
+    test_hybrid_mtp_ngram_matches_reference_other_widths,
+)
+from tests.hybrid_cases import HYBRID_CASES, KINDS, NGRAM_SIZES, all_cases, literal_state, make_hybrid_state
+from tests.ngram_cases import shared_input_faults
 
 ARGS = ("input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num", "draft_tokens", "seq_lens_this_time",
         "seq_lens_decoder", "max_dec_len")
 ATTRS = ("max_ngram_size", "min_ngram_size", "max_draft_tokens", "num_model_steps")
-WRITES = ("draft_tokens", "seq_lens_this_time")
 
 
-def run(state: dict, **attrs) -> dict:
+def run_op(state: dict, **attrs) -> dict:
     """Runs the op on a numpy state (seq_lens_encoder optional); returns the new state."""
     t = {k: paddle.to_tensor(state[k]) for k in ARGS}
     enc = state.get("seq_lens_encoder")
@@ -23,18 +27,19 @@ def run(state: dict, **attrs) -> dict:
     return {**state, **{k: t[k].numpy() for k in WRITES}}
 
 
-def assert_state_equal(got: dict, want: dict):
-    for k in WRITES:
-        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+@pytest.fixture
+def run():
+    """The backend of the shared tests (tests/hybrid_case_tests.py): the Paddle op."""
+    return run_op
 
 
-@pytest.mark.parametrize("name, state, attrs, expected", HYBRID_CASES, ids=[c[0] for c in HYBRID_CASES])
-def test_hybrid_mtp_ngram_literal(name, state, attrs, expected):
-    got = run(state, **attrs)
-    for k, v in expected.items():
-        np.testing.assert_array_equal(got[k], np.asarray(v), err_msg=f"{name}: {k}")
-    # The hand-worked values also pin the reference.
-    assert_state_equal(ref_hybrid_mtp_ngram(state, **attrs), {k: np.asarray(v) for k, v in expected.items()})
+@pytest.fixture(params=[(bsz, kind, sizes, seed, True, column) for bsz, kind, sizes, seed in all_cases()
+                        for column in (False, True)],
+                ids=lambda p: f"{p[0]}-{p[1]}-{p[2][0]}-{p[2][1]}-{p[3]}-{'column' if p[5] else '1d'}")
+def reference_grid(request):
+    """(bsz, kind, sizes, seed, with_encoder, column): every batch size x kind x n-gram sizes, 1-D and
+    FastDeploy's column."""
+    return request.param
 
 
 def test_hybrid_mtp_ngram_updates_tensors_in_place():
@@ -46,29 +51,6 @@ def test_hybrid_mtp_ngram_updates_tensors_in_place():
     np.testing.assert_array_equal(t["draft_tokens"].numpy(), expected["draft_tokens"])
 
 
-@pytest.mark.parametrize("column", [False, True], ids=["1d", "fastdeploy_column"])
-@pytest.mark.parametrize("bsz, kind, sizes, seed", all_cases())
-def test_hybrid_mtp_ngram_matches_reference(bsz, kind, sizes, seed, column):
-    state = make_hybrid_state(np.random.default_rng(seed), bsz, kind, extra_rows=seed % 3)
-    if column:
-        state = hc.to_column(state)
-    attrs = dict(max_ngram_size=sizes[0], min_ngram_size=sizes[1], max_draft_tokens=3, num_model_steps=2)
-    assert_state_equal(run(state, **attrs), ref_hybrid_mtp_ngram(state, **attrs))
-
-
-@pytest.mark.parametrize("num_draft, steps", WIDTHS, ids=[f"k{k}_s{s}" for k, s in WIDTHS])
-@pytest.mark.parametrize("max_draft_tokens", [None, 1, 7])
-def test_hybrid_mtp_ngram_matches_reference_other_widths(num_draft, steps, max_draft_tokens):
-    """D = 1 (no draft column), MTP drafts already at k (s = k: nothing to add), s = 0, wide rows, and
-    max_draft_tokens below s, at k, or above D - 1."""
-    for seed, kind in enumerate(("mixed", "repetitive", "near_max_dec_len", "chains_cut_short")):
-        state = make_hybrid_state(np.random.default_rng(seed), 17, kind, num_draft=num_draft, num_model_steps=steps,
-                                  extra_rows=2)
-        attrs = dict(max_ngram_size=3, min_ngram_size=1, num_model_steps=steps,
-                     max_draft_tokens=num_draft if max_draft_tokens is None else max_draft_tokens)
-        assert_state_equal(run(state, **attrs), ref_hybrid_mtp_ngram(state, **attrs))
-
-
 def test_hybrid_mtp_ngram_with_no_mtp_drafts_is_ngram_match():
     """num_model_steps = 0 on running decode slots with L = 1 (and no paused or prefill slot): the history
     is prompt ++ generated and the whole budget is n-gram drafts, which is ngram_match's rule."""
@@ -78,7 +60,7 @@ def test_hybrid_mtp_ngram_with_no_mtp_drafts_is_ngram_match():
         state["seq_lens_this_time"][:] = np.where(state["seq_lens_decoder"][:33] != 0, 1, 0)
         attrs = dict(max_ngram_size=3, min_ngram_size=1, max_draft_tokens=4)
         want = ref_ngram_match(state, **attrs)
-        assert_state_equal(run(state, **attrs, num_model_steps=0), want)
+        assert_state_equal(run_op(state, **attrs, num_model_steps=0), want)
         t = {k: paddle.to_tensor(state[k]) for k in ARGS + ("seq_lens_encoder",)}
         ngram_match(*(t[k] for k in ("input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num",
                                      "draft_tokens", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder",
@@ -90,12 +72,12 @@ def test_hybrid_mtp_ngram_without_seq_lens_encoder_extends_prefill_rows():
     """FastDeploy's op has no seq_lens_encoder: a prefill row whose L happens to be 1 + s is then
     extended (the MTP proposer always passes it)."""
     _, state, attrs, expected = HYBRID_CASES[5]  # slot 2: prefill chunk with L = 4 = 1 + s
-    assert run(state, **attrs)["draft_tokens"][2].tolist() == expected["draft_tokens"][2]
+    assert run_op(state, **attrs)["draft_tokens"][2].tolist() == expected["draft_tokens"][2]
     state = {k: v for k, v in state.items() if k != "seq_lens_encoder"}
     state["seq_lens_decoder"] = np.array([10, 0, 10], np.int32)
     state["draft_tokens"][2, 1:] = [1, 2, 3]
     state["seq_lens_this_time"][2] = 3  # s = 2: h = [1 2 3 1 2 | 3 | 1 2] -> n = 3 [3 1 2] at 2 -> [3]
-    got = run(state, **{**attrs, "num_model_steps": 2})
+    got = run_op(state, **{**attrs, "num_model_steps": 2})
     np.testing.assert_array_equal(got["draft_tokens"][2], [502, 1, 2, 3])
     assert got["seq_lens_this_time"][2] == 4
 
@@ -103,14 +85,14 @@ def test_hybrid_mtp_ngram_without_seq_lens_encoder_extends_prefill_rows():
 def test_hybrid_mtp_ngram_rows_past_bsz_untouched():
     state = make_hybrid_state(np.random.default_rng(7), 3, "all_decode", extra_rows=2)
     attrs = dict(max_ngram_size=3, min_ngram_size=1, max_draft_tokens=3, num_model_steps=2)
-    got = run(state, **attrs)
+    got = run_op(state, **attrs)
     np.testing.assert_array_equal(got["draft_tokens"][3:], state["draft_tokens"][3:])
     assert_state_equal(got, ref_hybrid_mtp_ngram(state, **attrs))
 
 
 def test_hybrid_mtp_ngram_zero_live_slots():
     state = make_hybrid_state(np.random.default_rng(8), 0, "mixed", extra_rows=3)
-    got = run(state, max_ngram_size=3, min_ngram_size=1, max_draft_tokens=3, num_model_steps=2)
+    got = run_op(state, max_ngram_size=3, min_ngram_size=1, max_draft_tokens=3, num_model_steps=2)
     np.testing.assert_array_equal(got["draft_tokens"], state["draft_tokens"])
 
 
@@ -124,7 +106,7 @@ def test_hybrid_mtp_ngram_long_history_prefers_longest_then_latest():
     prompt[400:402] = [3, 91]  # a closer 1-gram [3]
     gen = list(rng.integers(10, 14, size=50)) + [1]
     state = literal_state([prompt], [gen], [[2, 3]], width=5, prompt_width=600, history_width=600)
-    got = run(state, max_ngram_size=3, min_ngram_size=1, max_draft_tokens=4, num_model_steps=2)
+    got = run_op(state, max_ngram_size=3, min_ngram_size=1, max_draft_tokens=4, num_model_steps=2)
     np.testing.assert_array_equal(got["draft_tokens"][0], [500, 2, 3, 77, 78])
 
 
@@ -136,28 +118,10 @@ def _bad(**changes):
 
 
 A = dict(max_ngram_size=3, min_ngram_size=1, max_draft_tokens=4, num_model_steps=2)
-BAD = [
-    ("input_ids_int32", _bad(input_ids=np.zeros((3, 8), np.int32)), A, r"input_ids has dtype int32, expected int64"),
-    ("input_ids_1d", _bad(input_ids=np.zeros(3, np.int64)), A, r"input_ids has shape \[3\], expected a 2-D tensor"),
-    ("input_ids_len_int32", _bad(input_ids_len=np.zeros(3, np.int32)), A,
-     r"input_ids_len has dtype int32, expected int64"),
-    ("pre_ids_too_few_rows", _bad(pre_ids=np.zeros((2, 8), np.int64)), A,
-     r"pre_ids has shape \[2, 8\], expected at least bsz = 3 rows"),
-    ("step_idx_int32", _bad(step_idx=np.zeros(3, np.int32)), A, r"step_idx has dtype int32, expected int64"),
-    ("draft_token_num_int64", _bad(draft_token_num=np.zeros(3, np.int64)), A,
-     r"draft_token_num has dtype int64, expected int32"),
-    ("draft_tokens_int32", _bad(draft_tokens=np.zeros((3, 5), np.int32)), A,
-     r"draft_tokens has dtype int32, expected int64"),
-    ("lens_2d", _bad(seq_lens_this_time=np.zeros((1, 3), np.int32)), A,
-     r"seq_lens_this_time has shape \[1, 3\], expected a per-slot tensor"),
+BAD = shared_input_faults(_bad, A, width=5) + [
     ("decoder_too_few", _bad(seq_lens_decoder=np.zeros(2, np.int32)), A,
      r"seq_lens_decoder has 2 slots \(shape \[2\]\), expected at least bsz = 3"),
     ("encoder_bool", _bad(seq_lens_encoder=np.zeros(3, bool)), A, r"seq_lens_encoder has dtype bool, expected int32"),
-    ("max_dec_len_int32", _bad(max_dec_len=np.zeros(3, np.int32)), A, r"max_dec_len has dtype int32, expected int64"),
-    ("min_ngram_zero", _bad(), dict(A, min_ngram_size=0), r"min_ngram_size = 0, max_ngram_size = 3, expected 1 <="),
-    ("min_above_max", _bad(), dict(A, min_ngram_size=4), r"min_ngram_size = 4, max_ngram_size = 3"),
-    ("max_ngram_above_64", _bad(), dict(A, max_ngram_size=65), r"max_ngram_size <= 64"),
-    ("negative_max_draft_tokens", _bad(), dict(A, max_draft_tokens=-1), r"max_draft_tokens = -1, expected >= 0"),
     ("negative_num_model_steps", _bad(), dict(A, num_model_steps=-1),
      r"num_model_steps = -1, expected 0 <= num_model_steps <= D - 1 = 4"),
     ("num_model_steps_past_width", _bad(), dict(A, num_model_steps=5), r"num_model_steps = 5, expected 0 <="),
@@ -186,7 +150,7 @@ def test_hybrid_mtp_ngram_rejects_bad_input(state, attrs, match):
 ], ids=["input_ids_len", "step_idx"])
 def test_hybrid_mtp_ngram_ignores_history_of_slots_it_does_not_extend(state):
     _, _, attrs, expected = HYBRID_CASES[0]
-    got = run(state, **attrs)
+    got = run_op(state, **attrs)
     np.testing.assert_array_equal(got["draft_tokens"], expected["draft_tokens"])
 
 

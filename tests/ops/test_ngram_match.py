@@ -6,8 +6,10 @@ from specworker.model_executor.ops import ngram_match
 from tests.ngram_case_tests import (  # noqa: F401  written once, also run on the CUDA kernel
     WRITES, assert_state_equal, test_ngram_match_literal, test_ngram_match_matches_reference,
 )
-from tests.ngram_cases import KINDS, NGRAM_CASES, NGRAM_SIZES, all_cases, literal_state, make_ngram_state
-from tests.reference.ngram_match import ref_ngram_match
+from tests.ngram_cases import (
+    KINDS, NGRAM_CASES, NGRAM_SIZES, all_cases, literal_state, make_ngram_state, shared_input_faults,
+)
+from reference.ngram_match import ref_ngram_match
 
 ARGS = ("input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num", "draft_tokens", "seq_lens_this_time",
         "seq_lens_encoder", "seq_lens_decoder", "max_dec_len")
@@ -108,29 +110,11 @@ def _bad(**changes):
 
 
 A = dict(max_ngram_size=3, max_draft_tokens=3)
-BAD = [
-    ("input_ids_int32", _bad(input_ids=np.zeros((3, 8), np.int32)), A, r"input_ids has dtype int32, expected int64"),
-    ("input_ids_1d", _bad(input_ids=np.zeros(3, np.int64)), A, r"input_ids has shape \[3\], expected a 2-D tensor"),
-    ("input_ids_len_int32", _bad(input_ids_len=np.zeros(3, np.int32)), A,
-     r"input_ids_len has dtype int32, expected int64"),
-    ("pre_ids_too_few_rows", _bad(pre_ids=np.zeros((2, 8), np.int64)), A,
-     r"pre_ids has shape \[2, 8\], expected at least bsz = 3 rows"),
-    ("step_idx_int32", _bad(step_idx=np.zeros(3, np.int32)), A, r"step_idx has dtype int32, expected int64"),
-    ("draft_token_num_int64", _bad(draft_token_num=np.zeros(3, np.int64)), A,
-     r"draft_token_num has dtype int64, expected int32"),
-    ("draft_tokens_int32", _bad(draft_tokens=np.zeros((3, 4), np.int32)), A,
-     r"draft_tokens has dtype int32, expected int64"),
-    ("lens_2d", _bad(seq_lens_this_time=np.zeros((1, 3), np.int32)), A,
-     r"seq_lens_this_time has shape \[1, 3\], expected a per-slot tensor"),
+BAD = shared_input_faults(_bad, A, width=4) + [
     ("encoder_too_few", _bad(seq_lens_encoder=np.zeros(2, np.int32)), A,
      r"seq_lens_encoder has 2 slots \(shape \[2\]\), expected at least bsz = 3"),
     ("decoder_bool", _bad(seq_lens_decoder=np.zeros(3, bool)), A, r"seq_lens_decoder has dtype bool, expected int32"),
-    ("max_dec_len_int32", _bad(max_dec_len=np.zeros(3, np.int32)), A, r"max_dec_len has dtype int32, expected int64"),
     ("is_block_step_int", _bad(is_block_step=np.zeros(3, np.int32)), A, r"is_block_step has dtype int32, expected bool"),
-    ("min_ngram_zero", _bad(), dict(A, min_ngram_size=0), r"min_ngram_size = 0, max_ngram_size = 3, expected 1 <="),
-    ("min_above_max", _bad(), dict(A, min_ngram_size=4), r"min_ngram_size = 4, max_ngram_size = 3"),
-    ("max_ngram_above_64", _bad(), dict(A, max_ngram_size=65), r"max_ngram_size <= 64"),
-    ("negative_max_draft_tokens", _bad(), dict(A, max_draft_tokens=-1), r"max_draft_tokens = -1, expected >= 0"),
     ("prompt_len_past_width", _bad(input_ids_len=np.array([9, 3, 2], np.int64)), A,
      r"input_ids_len\[0\] = 9, expected 0 <= input_ids_len <= 8"),
     ("negative_prompt_len", _bad(input_ids_len=np.array([-1, 3, 2], np.int64)), A, r"input_ids_len\[0\] = -1"),

@@ -27,7 +27,7 @@ from tests.paged_attention_cases import (
     literal_caches_after,
     make_attention_case,
 )
-from tests.reference.paged_attention import ref_paged_attention
+from reference.paged_attention import ref_paged_attention
 
 TOL = {"float32": dict(rtol=1e-6, atol=1e-6), "float16": dict(rtol=1e-3, atol=1e-3),
        "bfloat16": dict(rtol=8e-3, atol=8e-3)}

@@ -3,7 +3,7 @@ import paddle
 import pytest
 
 from specworker.model_executor.ops import reasoning_phase_token_constraint
-from tests.cases import all_cases, pack_output_index
+from reference.cases.step_batch import all_cases, pack_output_index
 from tests.reasoning_cases import (  # noqa: F401  written once, also run on the CUDA kernels
     LF, MASKED, THINK_END, test_reasoning_phase_token_constraint_literal_three_slots,
     test_reasoning_phase_token_constraint_matches_reference, test_reasoning_phase_token_constraint_walk_thinking_to_done,

@@ -8,13 +8,13 @@ import paddle
 import pytest
 
 from specworker.model_executor.ops import rebuild_padding
-from tests.cases import make_step_batch, pack_output_index, seq_lens_output
+from reference.cases.step_batch import make_step_batch, pack_output_index, seq_lens_output
 from tests.rebuild_padding_cases import (  # noqa: F401  written once, also run on the CUDA kernel
     DTYPES, NUM_DRAFT, TMP_OUT, cu_seqlens, test_rebuild_padding_decode_rows_use_local_index,
     test_rebuild_padding_fails_with_padding_offsets_as_batch_ids, test_rebuild_padding_matches_reference,
     test_rebuild_padding_rejects_unpaired_output_index, test_rebuild_padding_zero_tokens,
 )
-from tests.reference.rebuild_padding import ref_rebuild_padding
+from reference.rebuild_padding import ref_rebuild_padding
 
 
 def _i32(x) -> paddle.Tensor:

@@ -3,7 +3,7 @@ import paddle
 import pytest
 
 from specworker.model_executor.ops import speculate_get_token_penalty_multi_scores
-from tests.cases import all_cases
+from reference.cases.step_batch import all_cases
 from tests.penalty_case_tests import (  # noqa: F401  written once, also run on the CUDA kernel
     ref, test_penalty_row_i_equals_nonspeculative_with_drafts_appended,
     test_speculate_get_token_penalty_multi_scores_half_precision_matches_reference,

@@ -7,7 +7,7 @@ import pytest
 
 from specworker.model_executor import ops
 from specworker.model_executor.ops import SpeculatePreProcessOutput, speculate_pre_process
-from tests.cases import all_cases, make_step_batch, pack_output_index, seq_lens_output
+from reference.cases.step_batch import all_cases, make_step_batch, pack_output_index, seq_lens_output
 from tests.pre_process_cases import (  # noqa: F401  written once, also run on the CUDA kernel
     DRAFTS, ENCODER, INPUT_IDS, LENS, test_speculate_pre_process_matches_reference,
     test_speculate_pre_process_non_speculative_literal, test_speculate_pre_process_three_slots_literal,

@@ -3,13 +3,13 @@ import paddle
 import pytest
 
 from specworker.model_executor.ops import speculate_set_value_by_flags_and_idx
-from tests.reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx
-from tests.reference.speculate_update import ref_speculate_update
+from reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx
+from reference.speculate_update import ref_speculate_update
 from tests.set_value_case_tests import (  # noqa: F401  written once, also run on the CUDA kernel
     WRITES, assert_state_equal, test_speculate_set_value_by_flags_and_idx_literal,
     test_speculate_set_value_by_flags_and_idx_matches_reference,
 )
-from tests.state_cases import all_cases, make_post_verify_state
+from reference.cases.post_verify_state import all_cases, make_post_verify_state
 from tests.update_literals import SET_VALUE_CASES
 
 # State keys in the op's argument order ("pre_ids" is the op's pre_ids_all).

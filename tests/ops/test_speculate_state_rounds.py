@@ -7,9 +7,9 @@ import pytest
 
 from tests.ops.test_speculate_set_value_by_flags_and_idx import run_op as run_set_value
 from tests.ops.test_speculate_update import run_op as run_update
-from tests.reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx
-from tests.reference.speculate_update import ref_speculate_update
-from tests.state_cases import run_rounds, start_batch
+from reference.speculate_set_value_by_flags_and_idx import ref_speculate_set_value_by_flags_and_idx
+from reference.speculate_update import ref_speculate_update
+from reference.cases.post_verify_state import run_rounds, start_batch
 
 
 @pytest.mark.parametrize("num_slots, num_draft, seed", [(1, 1, 0), (3, 2, 1), (17, 3, 2), (64, 4, 3)])

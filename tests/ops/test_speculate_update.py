@@ -3,12 +3,12 @@ import paddle
 import pytest
 
 from specworker.model_executor.ops import speculate_update
-from tests.reference.speculate_update import ref_speculate_update
+from reference.speculate_update import ref_speculate_update
 from tests.speculate_update_case_tests import (  # noqa: F401  written once, also run on the CUDA kernel
     assert_state_equal, test_speculate_update_literal, test_speculate_update_matches_reference,
     test_speculate_update_not_need_stop_boundary, test_speculate_update_without_mask_rollback,
 )
-from tests.state_cases import all_cases, make_post_verify_state
+from reference.cases.post_verify_state import all_cases, make_post_verify_state
 from tests.update_literals import UPDATE_CASES
 
 ARGS = ("seq_lens_encoder", "seq_lens_decoder", "not_need_stop", "draft_tokens", "actual_draft_token_nums",

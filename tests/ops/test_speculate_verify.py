@@ -7,8 +7,8 @@ import paddle
 import pytest
 
 from specworker.model_executor.ops import speculate_verify, top_p_candidates
-from tests.cases import all_cases
-from tests.reference.speculate_verify import ref_speculate_verify
+from reference.cases.step_batch import all_cases
+from reference.speculate_verify import ref_speculate_verify
 from tests.verify_case_tests import (  # noqa: F401  written once, also run on the CUDA kernel
     assert_outputs, test_speculate_verify_deterministic_when_seeded,
     test_speculate_verify_first_token_follows_target_distribution, test_speculate_verify_literal,

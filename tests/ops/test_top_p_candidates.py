@@ -3,7 +3,7 @@ import paddle
 import pytest
 
 from specworker.model_executor.ops import top_p_candidates
-from tests.cases import all_cases, make_step_batch
+from reference.cases.step_batch import all_cases, make_step_batch
 from tests.sampling_fixtures import output_index, random_probs, random_top_p
 from tests.top_p_cases import (  # noqa: F401  written once, also run on the CUDA kernel
     check_against_reference, test_top_p_candidates_length_is_c_when_top_c_mass_below_top_p,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.cases import pack_output_index, seq_lens_output
+from reference.cases.step_batch import pack_output_index, seq_lens_output
 from tests.mtp_fake_models import POS, SLOT, STATE, greedy_next
 from tests.mtp_round import Engine, RoundConfig, RoundRecord
 

@@ -1,11 +1,11 @@
 """SuffixTree: literal cases worked by hand, then randomized drafts against the occurrence-counting reference
-(tests/reference/suffix_draft.py) for a growing sequence, for inserted sequences and after removals."""
+(reference/suffix_draft.py) for a growing sequence, for inserted sequences and after removals."""
 
 import numpy as np
 import pytest
 
 from specworker.spec_decode.suffix_tree import Draft, SuffixTree
-from tests.reference.suffix_draft import ref_suffix_draft
+from reference.suffix_draft import ref_suffix_draft
 
 
 def _tree(tokens, max_depth=8):

@@ -13,10 +13,8 @@ import pytest
 from specworker.llm import LLM
 from specworker.sampling_params import MAX_LOGPROBS, SamplingParams
 from specworker.worker import model_runner
-from specworker.worker.model_runner import ModelRunner
 from specworker.worker.worker import Worker
-from tests.sync_guard import allow_host_reads, forbid_host_reads
-from tests.worker.worker_harness import make_config, random_requests
+from tests.worker.worker_harness import make_config, random_requests, run_counting_host_copies
 
 NUM_EQUALITY_REQUESTS = 64
 ATOL_SPEC = 1e-5  # spec vs non-spec: same logit bits, log-softmax over a different number of rows
@@ -156,24 +154,9 @@ def test_logprobs_step_reads_device_values_once(name, spec, monkeypatch):
     worker = Worker(make_config(**spec, max_num_batched_tokens=16))
     for r in random_requests(6, seed=9, max_prompt=30, max_tokens=(3, 12), sampled=True):
         worker.add_request(r.req_id, r.prompt, dataclasses.replace(r.params, logprobs=3))
-    copies, with_logprobs = [], []
-    original = ModelRunner._copy_step_outputs_sync
-
-    def counted(self, *args):
-        copies.append(worker.num_steps)
-        with allow_host_reads():
-            out = original(self, *args)
-        with_logprobs.append(out.logprobs is not None)
-        return out
-
-    monkeypatch.setattr(ModelRunner, "_copy_step_outputs_sync", counted)
-    steps = 0
-    # host mirrors may be read (no device sync: the token bound reads the policy_draft_len mirror)
-    mirrors = [t for key, t in worker.input_batch.share_inputs.items() if key.endswith("_cpu")]
-    with forbid_host_reads(allow=mirrors):
-        while worker.has_unfinished():
-            worker.step()
-            steps += 1
+    with_logprobs = []
+    steps, copies = run_counting_host_copies(monkeypatch, worker,
+                                             on_copy=lambda out: with_logprobs.append(out.logprobs is not None))
     assert steps > 3 and copies == list(range(steps)) and all(with_logprobs)
 
 

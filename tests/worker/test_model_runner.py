@@ -5,10 +5,9 @@ import pytest
 
 from specworker.model_executor.forward_meta import StaleForwardMetaError
 from specworker.sampling_params import SamplingParams
-from specworker.worker.model_runner import ModelRunner
 from specworker.worker.worker import Worker
 from tests.sync_guard import HostReadError, allow_host_reads, forbid_host_reads
-from tests.worker.worker_harness import make_config, random_requests
+from tests.worker.worker_harness import make_config, random_requests, run_counting_host_copies
 
 CONFIGS = {"none": dict(), "mtp_k2": dict(method="mtp", k=2, steps=2), "mtp_k3_steps1": dict(method="mtp", k=3),
            "ngram_k3": dict(method="ngram", k=3), "suffix_k3": dict(method="suffix", k=3),
@@ -29,23 +28,7 @@ def test_model_runner_step_reads_device_values_once(name, monkeypatch):
     """Whole engine steps (scheduling writes, pre_process, forward, sampling, verify, update, proposer) under a
     guard that fails any host read of a device tensor, except the one sanctioned copy, which must happen exactly
     once a step."""
-    worker = _worker(name)
-    copies = []
-    original = ModelRunner._copy_step_outputs_sync
-
-    def counted(self, *args):
-        copies.append(worker.num_steps)
-        with allow_host_reads():
-            return original(self, *args)
-
-    monkeypatch.setattr(ModelRunner, "_copy_step_outputs_sync", counted)
-    steps = 0
-    # host mirrors may be read (no device sync: the suffix proposer reads the accept mirrors the copy refreshed)
-    mirrors = [t for key, t in worker.input_batch.share_inputs.items() if key.endswith("_cpu")]
-    with forbid_host_reads(allow=mirrors):
-        while worker.has_unfinished():
-            worker.step()
-            steps += 1
+    steps, copies = run_counting_host_copies(monkeypatch, _worker(name))
     assert steps > 3 and copies == list(range(steps))
 
 

@@ -9,7 +9,9 @@ import numpy as np
 
 from specworker.config import config_from_dict
 from specworker.sampling_params import SamplingParams
+from specworker.worker.model_runner import ModelRunner
 from specworker.worker.worker import Worker
+from tests.sync_guard import allow_host_reads, forbid_host_reads
 
 SCHEDULER = dict(max_num_seqs=4, max_model_len=96, block_size=8, num_blocks=64, max_num_batched_tokens=64)
 
@@ -93,3 +95,29 @@ def alone(config, reqs, **worker_kw):
     for r in reqs:
         out.update(drive(worker, [dataclasses.replace(r, arrive=0, abort_at=None)]))
     return out
+
+
+def run_counting_host_copies(monkeypatch, worker: Worker, on_copy=None) -> tuple[int, list[int]]:
+    """Runs worker until it has nothing left with every host read of a device tensor forbidden, except the
+    step's sanctioned copy (ModelRunner._copy_step_outputs_sync) and the batch's host mirrors (reading one
+    is no device sync: the proposers and the policy's token bound read them). Returns (steps run, the step
+    number at each copy); on_copy(result) sees every copy's result."""
+    copies = []
+    original = ModelRunner._copy_step_outputs_sync
+
+    def counted(self, *args):
+        copies.append(worker.num_steps)
+        with allow_host_reads():
+            out = original(self, *args)
+        if on_copy is not None:
+            on_copy(out)
+        return out
+
+    monkeypatch.setattr(ModelRunner, "_copy_step_outputs_sync", counted)
+    steps = 0
+    mirrors = [t for key, t in worker.input_batch.share_inputs.items() if key.endswith("_cpu")]
+    with forbid_host_reads(allow=mirrors):
+        while worker.has_unfinished():
+            worker.step()
+            steps += 1
+    return steps, copies

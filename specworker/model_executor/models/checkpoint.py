@@ -17,6 +17,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from specworker.config import ARCH_FIELDS, ModelConfig
+from specworker.json_file import read_json_object
 from specworker.model_executor.layers.decoder_layer import skip_random_init
 from specworker.model_executor.models.hf_checkpoint import load_hf_mtp, load_hf_target
 from specworker.model_executor.models.hf_config import is_hf_checkpoint
@@ -35,12 +36,7 @@ def read_arch(model_dir: str | Path) -> LlamaArch:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: checkpoint config not found (a model directory holds {CONFIG_FILE} "
                                 f"and {TARGET_FILE})")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    data = read_json_object(path)
     allowed = ("model_type",) + ARCH_FIELDS
     for key in data:
         if key not in allowed:

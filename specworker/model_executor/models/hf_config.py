@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from specworker.json_file import read_json_object
 from specworker.model_executor.layers.rotary import RopeScaling
 from specworker.model_executor.models.llama import LlamaArch
 
@@ -60,16 +61,6 @@ class HFModelInfo:
     eos_token_ids: list[int]
     bos_token_id: int | None
     num_mtp_layers: int  # ERNIE's num_nextn_predict_layers (0 when absent)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
 
 
 def is_hf_checkpoint(model_dir: str | Path) -> bool:
@@ -175,7 +166,7 @@ def _reject_unsupported(r: _Reader, architecture: str) -> None:
 def _eos_bos(model_dir: Path, config: dict[str, Any]) -> tuple[list[int], int | None]:
     """eos ids (a list; generation_config.json first, then config.json) and the bos id."""
     gen_path = model_dir / GENERATION_CONFIG_FILE
-    gen = _read_json(gen_path) if gen_path.is_file() else {}
+    gen = read_json_object(gen_path) if gen_path.is_file() else {}
     eos, bos, where = None, None, gen_path
     for source, path in ((gen, gen_path), (config, model_dir / CONFIG_FILE)):
         if eos is None and source.get("eos_token_id") is not None:
@@ -197,7 +188,7 @@ def read_hf_config(model_dir: str | Path) -> HFModelInfo:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: checkpoint config not found (a Hugging Face model directory holds "
                                 f"{CONFIG_FILE}, model.safetensors or its shards, and tokenizer.json)")
-    r = _Reader(path, _read_json(path))
+    r = _Reader(path, read_json_object(path))
     architecture = _architecture(r)
     family = ARCHITECTURES[architecture]
     _reject_unsupported(r, architecture)

@@ -1,7 +1,8 @@
-"""Randomized MTP round states shared by the draft-op tests (tests/ops and tests/gpu). Plain numpy.
+"""Randomized MTP round states shared by the draft-op tests (tests/ops, tests/gpu) and
+benchmarks/gpu_draft_model_ops.py. Plain numpy.
 
 A state is the dict ref_draft_model_preprocess takes (keys documented in
-tests/reference/draft_model_preprocess.py): the draft's buffers before this round and the target's
+reference/draft_model_preprocess.py): the draft's buffers before this round and the target's
 state after verifying the step just finished, plus target_model_seq_lens_this_time (the target's L
 of that step, which eagle_get_hidden_states reads). Each slot is one of:
   prefill   the target finished its prefill of P tokens and emitted its first token (accept_num 1,

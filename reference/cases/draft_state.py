@@ -1,17 +1,18 @@
-"""Cases for draft_model_update / draft_model_postprocess shared by the CPU op tests (tests/ops) and
-the CUDA tests (tests/gpu): random but valid draft states per substep, and literal cases whose
-expected values were worked out by hand. Plain numpy (the GPU machine has no Paddle).
+"""Cases for draft_model_update / draft_model_postprocess shared by the CPU op tests (tests/ops),
+the CUDA tests (tests/gpu) and benchmarks/gpu_draft_model_update.py: random but valid draft states per
+substep, and literal cases whose expected values were worked out by hand. Plain numpy (the GPU machine
+has no Paddle).
 
 An update case is (state, args): state holds the op's in-place buffers under its argument names
-(tests/reference/draft_model_update.STATE_KEYS); args are the read-only inputs.
+(reference/draft_model_update.STATE_KEYS); args are the read-only inputs.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tests.cases import pack_output_index
-from tests.reference.speculate_get_seq_lens_output import ref_speculate_get_seq_lens_output
+from reference.cases.step_batch import pack_output_index
+from reference.speculate_get_seq_lens_output import ref_speculate_get_seq_lens_output
 
 UPDATE_KINDS = ("mixed", "all_prefill", "all_decode", "stopped", "all_stopped", "near_max_dec_len",
                 "history_end", "eos_drafts")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.reference.ngram_match import MAX_NGRAM_SIZE, NO_TOKEN, find_drafts, slot_history
+from reference.ngram_match import NO_TOKEN, check_sizes, find_drafts, slot_budget, slot_history, writable_outputs
 
 STATE_KEYS = (
     "input_ids",  # [N, S_in] int64, the prompt: [b, :input_ids_len[b]]
@@ -31,20 +31,12 @@ def ref_hybrid_mtp_ngram(state: dict, *, max_ngram_size: int, min_ngram_size: in
     """Slots with a complete MTP chain (L == 1 + s, E <= 0, Dec != 0) get up to budget - s n-gram drafts
     after their s MTP drafts, -1 after them, L = 1 + s + m; every other slot is untouched. strict: raise
     on bad history indices (CPU op); False clamps them (CUDA kernel)."""
-    if not 1 <= min_ngram_size <= max_ngram_size <= MAX_NGRAM_SIZE:
-        raise ValueError(f"ngram sizes min {min_ngram_size}, max {max_ngram_size}: expected "
-                         f"1 <= min_ngram_size <= max_ngram_size <= {MAX_NGRAM_SIZE}")
-    if max_draft_tokens < 0:
-        raise ValueError(f"max_draft_tokens = {max_draft_tokens}, expected >= 0")
+    check_sizes(max_ngram_size, min_ngram_size, max_draft_tokens)
     width = np.asarray(state["draft_tokens"]).shape[1]
     s = num_model_steps
     if not 0 <= s <= width - 1:
         raise ValueError(f"num_model_steps = {s}, expected 0 <= num_model_steps <= D - 1 = {width - 1}")
-    new = dict(state)
-    drafts = np.array(state["draft_tokens"], copy=True)
-    lens = np.array(state["seq_lens_this_time"], copy=True)
-    new["draft_tokens"], new["seq_lens_this_time"] = drafts, lens
-    flat_lens = lens.reshape(-1)
+    new, drafts, flat_lens = writable_outputs(state)
     per_slot = {k: np.asarray(state[k]).reshape(-1) for k in
                 ("seq_lens_decoder", "draft_token_num", "step_idx", "max_dec_len")}
     enc = state.get("seq_lens_encoder")
@@ -53,8 +45,7 @@ def ref_hybrid_mtp_ngram(state: dict, *, max_ngram_size: int, min_ngram_size: in
         if (enc is not None and enc[b] > 0) or per_slot["seq_lens_decoder"][b] == 0 or flat_lens[b] != 1 + s:
             continue
         history = np.concatenate([slot_history(state, b, strict=strict), drafts[b, 1:1 + s]])
-        room = int(per_slot["max_dec_len"][b]) - int(per_slot["step_idx"][b]) - 1
-        budget = min(int(per_slot["draft_token_num"][b]), max_draft_tokens, width - 1, room)
+        budget = slot_budget(per_slot, b, max_draft_tokens, width)
         found = find_drafts(history, budget - s, max_ngram_size, min_ngram_size)
         drafts[b, 1 + s:] = NO_TOKEN
         drafts[b, 1 + s:1 + s + len(found)] = found

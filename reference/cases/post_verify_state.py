@@ -1,5 +1,5 @@
 """Post-verify slot states for the state-update ops (speculate_update,
-speculate_set_value_by_flags_and_idx), shared by tests/ops and tests/gpu.
+speculate_set_value_by_flags_and_idx), shared by tests/ops, tests/gpu and benchmarks/gpu_state_update.py.
 
 Plain numpy only (the GPU machine has no Paddle). A state is a dict keyed by the ops' argument
 names, except the target history, which is the buffer name "pre_ids" (the ops' pre_ids_all).

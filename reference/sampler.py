@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.reference.speculate_get_token_penalty_multi_scores import ref_speculate_get_token_penalty_multi_scores
+from reference.speculate_get_token_penalty_multi_scores import ref_speculate_get_token_penalty_multi_scores
 
 GREEDY_TEMPERATURE = 1e-5
 M32 = 2**32 - 1

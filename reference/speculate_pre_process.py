@@ -3,8 +3,8 @@ states it (get_padding_offset, speculate_get_seq_lens_output, index-only get_pad
 
 import numpy as np
 
-from tests.reference.get_padding_offset import ref_get_padding_offset
-from tests.reference.speculate_get_seq_lens_output import ref_speculate_get_seq_lens_output
+from reference.get_padding_offset import ref_get_padding_offset
+from reference.speculate_get_seq_lens_output import ref_speculate_get_seq_lens_output
 
 
 def ref_speculate_pre_process(token_num_cpu, input_ids, seq_lens_this_time, draft_tokens, seq_lens_encoder,

@@ -65,21 +65,37 @@ def find_drafts(history: np.ndarray, budget: int, max_ngram_size: int, min_ngram
     return history[:0]
 
 
-def ref_ngram_match(state: dict, *, max_ngram_size: int, max_draft_tokens: int, min_ngram_size: int = 1,
-                    strict: bool = True) -> dict:
-    """Drafts of every decode slot (docs/spec.md): prefill untouched, paused / stopped L = 0, decode
-    L = 1 + drafts with draft_tokens[b, 1 + m:] = -1. strict: raise on bad history indices (CPU op);
-    False clamps them (CUDA kernel)."""
+def check_sizes(max_ngram_size: int, min_ngram_size: int, max_draft_tokens: int) -> None:
+    """Raises unless 1 <= min_ngram_size <= max_ngram_size <= MAX_NGRAM_SIZE and max_draft_tokens >= 0."""
     if not 1 <= min_ngram_size <= max_ngram_size <= MAX_NGRAM_SIZE:
         raise ValueError(f"ngram sizes min {min_ngram_size}, max {max_ngram_size}: expected "
                          f"1 <= min_ngram_size <= max_ngram_size <= {MAX_NGRAM_SIZE}")
     if max_draft_tokens < 0:
         raise ValueError(f"max_draft_tokens = {max_draft_tokens}, expected >= 0")
+
+
+def writable_outputs(state: dict):
+    """(new state, draft_tokens copy, flat view of the seq_lens_this_time copy): the two outputs are copies
+    placed in a new dict, so the input state is left untouched."""
     new = dict(state)
-    drafts = np.array(state["draft_tokens"], copy=True)
-    lens = np.array(state["seq_lens_this_time"], copy=True)
-    new["draft_tokens"], new["seq_lens_this_time"] = drafts, lens
-    flat_lens = lens.reshape(-1)
+    new["draft_tokens"] = np.array(state["draft_tokens"], copy=True)
+    new["seq_lens_this_time"] = np.array(state["seq_lens_this_time"], copy=True)
+    return new, new["draft_tokens"], new["seq_lens_this_time"].reshape(-1)
+
+
+def slot_budget(per_slot: dict, b: int, max_draft_tokens: int, width: int) -> int:
+    """Drafts slot b may hold in all: min(draft_token_num, max_draft_tokens, D - 1, max_dec_len - step_idx - 1)."""
+    room = int(per_slot["max_dec_len"][b]) - int(per_slot["step_idx"][b]) - 1
+    return min(int(per_slot["draft_token_num"][b]), max_draft_tokens, width - 1, room)
+
+
+def ref_ngram_match(state: dict, *, max_ngram_size: int, max_draft_tokens: int, min_ngram_size: int = 1,
+                    strict: bool = True) -> dict:
+    """Drafts of every decode slot (docs/spec.md): prefill untouched, paused / stopped L = 0, decode
+    L = 1 + drafts with draft_tokens[b, 1 + m:] = -1. strict: raise on bad history indices (CPU op);
+    False clamps them (CUDA kernel)."""
+    check_sizes(max_ngram_size, min_ngram_size, max_draft_tokens)
+    new, drafts, flat_lens = writable_outputs(state)
     per_slot = {k: np.asarray(state[k]).reshape(-1) for k in
                 ("seq_lens_encoder", "seq_lens_decoder", "draft_token_num", "step_idx", "max_dec_len")}
     paused = state.get("is_block_step")
@@ -92,8 +108,7 @@ def ref_ngram_match(state: dict, *, max_ngram_size: int, max_draft_tokens: int, 
             flat_lens[b] = 0
             continue
         history = slot_history(state, b, strict=strict)
-        room = int(per_slot["max_dec_len"][b]) - int(per_slot["step_idx"][b]) - 1
-        budget = min(int(per_slot["draft_token_num"][b]), max_draft_tokens, width - 1, room)
+        budget = slot_budget(per_slot, b, max_draft_tokens, width)
         found = find_drafts(history, budget, max_ngram_size, min_ngram_size)
         drafts[b, 1:] = NO_TOKEN
         drafts[b, 1:1 + len(found)] = found

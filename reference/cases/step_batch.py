@@ -1,4 +1,5 @@
-"""Randomized step batches shared by the CPU op tests (tests/ops) and the CUDA tests (tests/gpu).
+"""Randomized step batches shared by the CPU op tests (tests/ops), the CUDA tests (tests/gpu)
+and benchmarks/gpu_pre_process.py.
 
 Plain numpy only (the GPU machine has no Paddle). A batch is what pre_process sees for one
 engine step: per-slot lengths and the padded token buffers the packed ids are read from.
@@ -9,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+
+from reference.speculate_get_seq_lens_output import ref_speculate_get_seq_lens_output
 
 BATCH_SIZES = (1, 3, 17, 256)
 KINDS = ("mixed", "all_prefill", "all_decode", "stopped", "all_stopped", "len_one")
@@ -98,17 +101,6 @@ def pack_output_index(seq_lens_output: np.ndarray, capacity: int | None = None):
 
 
 def seq_lens_output(seq_lens_this_time: np.ndarray, seq_lens_encoder: np.ndarray) -> np.ndarray:
-    """O_b per docs/spec.md §4.2, written as a loop: 0 for an idle slot, 1 for L_b == 1 or a prefill slot
-    (only the last prompt token needs a logit), else L_b (every decode query token needs one).
-    """
-    lens = np.asarray(seq_lens_this_time).reshape(-1)
-    enc = np.asarray(seq_lens_encoder).reshape(-1)
-    out = np.zeros(lens.shape[0], dtype=np.int32)
-    for b in range(lens.shape[0]):
-        if lens[b] == 0:
-            out[b] = 0
-        elif lens[b] == 1 or enc[b] != 0:
-            out[b] = 1
-        else:
-            out[b] = lens[b]
-    return out
+    """O_b per docs/spec.md §4.2 (the reference of speculate_get_seq_lens_output): 0 for an idle slot, 1 for
+    L_b == 1 or a prefill slot (only the last prompt token needs a logit), else L_b."""
+    return ref_speculate_get_seq_lens_output(seq_lens_this_time, seq_lens_encoder, None)
