@@ -1,0 +1,66 @@
+"""The adaptive policy's decisions replayed against synthetic step costs (pure Python, seeded): on a cost model
+shaped like the tiny pair on 2 CPU cores (dispatch-bound: a draft substep costs ~40% of a plain step) and one
+shaped like a compute-bound model (a verify token costs as much as a decoded one), with lognormal load noise
+and 3x load spikes on 5% of the steps, the policy must reach >= 0.97x the throughput of the best fixed K
+(K = 0, no speculation, included) at every batch size and acceptance level, after a warm-up like the bench's.
+Common random numbers: every contender sees the same load noise and the same acceptance draws per position."""
+
+import numpy as np
+import pytest
+
+from specworker.spec_decode.policy import AdaptivePolicy, PolicyStep, StepCost
+
+K_MAX = 3
+STEPS = 400
+
+
+def dispatch_bound(batch: int, k: int, drafts: int) -> float:
+    return 0.003 + 0.00012 * batch + k * (0.0012 + 0.00003 * batch) + 0.00006 * drafts
+
+
+def compute_bound(batch: int, k: int, drafts: int) -> float:  # every fed token costs the same; no substeps
+    return 0.02 + 0.004 * (batch + drafts)
+
+
+def replay(choose, batch, accept, cost, seed):
+    """Emitted tokens per second over STEPS decode steps of `batch` slots that never finish."""
+    rng = np.random.default_rng(seed)
+    factors = np.exp(rng.normal(0, 0.15, STEPS)) * np.where(rng.random(STEPS) < 0.05, 3.0, 1.0)
+    draws = rng.random((STEPS, batch, K_MAX)) < np.asarray(accept)  # the same draws for every contender
+    live = np.ones(batch, dtype=bool)
+    drafted = emitted = np.zeros(batch, dtype=np.int64)
+    previous, tokens, seconds = None, 0, 0.0
+    for step in range(STEPS):
+        k_b = np.asarray(choose(PolicyStep(live=live, drafted=drafted, emitted=emitted, cost=previous)))
+        k_b = np.broadcast_to(k_b, (batch,))
+        accepted = np.cumprod(draws[step], axis=1).sum(axis=1)  # drafts accepted until the first rejection
+        emitted, drafted = np.minimum(accepted, k_b) + 1, k_b.copy()
+        t = cost(batch, int(k_b.max()), int(k_b.sum())) * factors[step]
+        previous = StepCost(num_slots=batch, num_drafts=int(k_b.sum()), num_substeps=int(k_b.max()), seconds=t,
+                            verify_seconds=0.6 * t)
+        tokens, seconds = tokens + int(emitted.sum()), seconds + t
+    return tokens / seconds
+
+
+@pytest.mark.parametrize("cost", [dispatch_bound, compute_bound])
+@pytest.mark.parametrize("accept", [(0.85, 0.8, 0.75), (0.5, 0.4, 0.3)], ids=["high", "low"])
+@pytest.mark.parametrize("batch", [1, 4, 16, 64])
+def test_adaptive_reaches_the_best_fixed_k_on_replayed_costs(batch, accept, cost):
+    seeds = (1, 2, 3)
+    fixed = {k: np.mean([replay(lambda step, k=k: k, batch, accept, cost, s) for s in seeds]) for k in range(K_MAX + 1)}
+    adaptive = []
+    for s in seeds:
+        policy = AdaptivePolicy(batch, K_MAX, has_substeps=cost is dispatch_bound)
+        replay(policy.choose, batch, accept, cost, 100 + s)  # warm-up: the bench's untimed runs
+        adaptive.append(replay(policy.choose, batch, accept, cost, s))
+    best = max(fixed, key=fixed.get)
+    ratio = np.mean(adaptive) / fixed[best]
+    assert ratio >= 0.97, f"adaptive {np.mean(adaptive):.0f} tokens/s = {ratio:.3f}x of fixed K = {best}: {fixed}"
+
+
+def test_replay_can_fail():
+    """The same check rejects a policy that always drafts k_max where drafts do not pay (low acceptance, large
+    batch: no speculation is best)."""
+    fixed0 = replay(lambda step: 0, 64, (0.5, 0.4, 0.3), dispatch_bound, 1)
+    always = replay(lambda step: K_MAX, 64, (0.5, 0.4, 0.3), dispatch_bound, 1)
+    assert always / fixed0 < 0.97
