@@ -9,6 +9,8 @@ import dataclasses
 
 import paddle
 
+from specworker.config_checks import ConfigError
+
 __all__ = ["SINGLE_RANK", "TensorParallel", "init_tensor_parallel"]
 
 
@@ -88,9 +90,10 @@ def init_tensor_parallel(size: int) -> TensorParallel:
 
     world = dist.get_world_size()
     if world != size:
-        raise ValueError(f"parallel_config.tensor_parallel_size = {size}, but this process is one of {world} "
-                         f"ranks; allowed: start {size} ranks with `python -m paddle.distributed.launch "
-                         f"--nproc_per_node {size} -m specworker run ...` (docs/tensor_parallel.md)")
+        raise ConfigError(f"parallel_config.tensor_parallel_size = {size}, but this process is one of {world} "
+                          f"ranks; allowed: {world} here, or start {size} ranks: `specworker run` does it itself, "
+                          "an embedding engine through paddle.distributed.launch (docs/tensor_parallel.md)",
+                          key="parallel_config.tensor_parallel_size")
     if not dist.is_initialized():
         dist.init_parallel_env()
     return TensorParallel(rank=dist.get_rank(), size=size)

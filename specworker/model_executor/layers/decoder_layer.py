@@ -69,7 +69,7 @@ class Attention(PackedWeights, paddle.nn.Layer):
         self.head_dim = head_dim or hidden_size // num_heads
         self.tp = tp
         self.num_heads, self.num_kv_heads = num_heads // tp.size, num_kv_heads // tp.size  # this rank's heads
-        self.q_width, self.kv_width = num_heads * self.head_dim, num_kv_heads * self.head_dim
+        self.q_width, self.kv_width = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         self.qkv_proj = make_weight(self, [hidden_size, self.q_width + 2 * self.kv_width])
         self.qkv_bias = make_bias(self, self.q_width + 2 * self.kv_width) if qkv_bias else None
         self.o_proj = make_weight(self, [self.q_width, hidden_size], out_std)

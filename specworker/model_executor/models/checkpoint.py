@@ -19,7 +19,7 @@ from safetensors.numpy import load_file, save_file
 from specworker.config import ARCH_FIELDS, ModelConfig, check_tensor_parallel
 from specworker.model_executor.layers.decoder_layer import skip_random_init
 from specworker.model_executor.models.hf_checkpoint import load_hf_mtp, load_hf_target
-from specworker.model_executor.models.hf_config import is_hf_checkpoint
+from specworker.model_executor.models.hf_config import is_hf_checkpoint, read_hf_config
 from specworker.model_executor.models.llama import LlamaArch, LlamaModel
 from specworker.model_executor.models.mtp import MTPDraft
 from specworker.model_executor.models.safetensors_io import SafetensorsFile
@@ -65,6 +65,17 @@ def _typed(path: Path, key: str, value):
     if isinstance(value, bool) or not ok:
         raise ValueError(f"{path}: {key} = {value!r}; allowed: a JSON {want.__name__}")
     return want(value)
+
+
+def read_target_arch(model_config: ModelConfig) -> LlamaArch:
+    """The architecture of model_config's target, from its config.json alone (no weights read)."""
+    model_dir = target_dir(model_config)
+    return read_hf_config(model_dir).arch if is_hf_checkpoint(model_dir) else read_arch(model_dir)
+
+
+def config_json(model_config: ModelConfig) -> Path:
+    """The config.json that defines model_config's architecture."""
+    return target_dir(model_config) / CONFIG_FILE
 
 
 def target_dir(model_config: ModelConfig) -> Path:
