@@ -75,7 +75,10 @@ class TensorParallel:
 
         parts: list[paddle.Tensor] = []
         dist.all_gather(parts, local)
-        return paddle.concat(parts, axis=-1)[:, :vocab_size]  # [R, V]
+        # drop the padding before the concat: its result is a fresh contiguous [R, V] (a slice after it would be
+        # a strided view, which ops that walk rows by V, such as the penalty op, misread)
+        tail = vocab_size - (self.size - 1) * local.shape[-1]
+        return paddle.concat(parts[:-1] + [parts[-1][:, :tail]], axis=-1)  # [R, V]
 
 
 SINGLE_RANK = TensorParallel()

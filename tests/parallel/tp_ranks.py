@@ -1,0 +1,162 @@
+"""The program every rank runs in the tensor-parallel tests (test_tensor_parallel.py starts it through
+specworker.tp_launch). `python tp_ranks.py MODE OUT_DIR`; each rank writes OUT_DIR/rank<r>.json.
+
+Modes:
+  logits    tiny target and MTP draft: TP shard vs the whole model (loaded in the same process) on a batched
+            prefill and a verify step; batch invariance of the sharded model (a slot alone vs in the batch)
+  generate  tiny pair: Worker runs (TP non-speculative, TP MTP with aborts and reorders, TP seeded sampling;
+            rank 0 also TP = 1) over random requests
+  reduce    TensorParallel.reduce_sum over tensors of several sizes (3 ranks: the all-gather path), and
+            gloo's own all_reduce for comparison
+  smollm2   SmolLM2 at TP = 3: logits vs TP = 1, then greedy n-gram speculative vs non-speculative
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import paddle
+import paddle.distributed as dist
+
+from specworker.config import ModelConfig, ParallelConfig
+from specworker.model_executor.models.checkpoint import load_mtp, load_target
+from specworker.model_executor.parallel import SINGLE_RANK, init_tensor_parallel
+from specworker.worker.worker import Worker
+from tests.model_executor.test_llama import BLOCK_SIZE, MAX_BLOCKS, TargetRunner, block_tables, make_meta
+from tests.spec_decode.test_lossless import _shuffler
+from tests.worker.worker_harness import drive, make_config, random_requests
+
+GENERATE_REQUESTS = 64  # about 10% are aborted; the rest (>= 50) are compared
+SAMPLED_REQUESTS = 16
+
+
+def _digest(*arrays: np.ndarray) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def _compare(ref: np.ndarray, got: np.ndarray) -> dict:
+    scale = float(np.abs(ref).max())
+    return {"max_abs": float(np.abs(ref - got).max()), "max_abs_over_max": float(np.abs(ref - got).max()) / scale,
+            "argmax_agree": float((ref.argmax(-1) == got.argmax(-1)).mean()), "rows": int(ref.shape[0])}
+
+
+def _target_steps(model, slots_prefill, slots_verify, n_slots):
+    runner = TargetRunner(model, n_slots)
+    hidden, logits, cu = runner.step(slots_prefill)
+    _, verify_logits, cu_v = runner.step(slots_verify)
+    return hidden[:cu[-1]], logits[:cu[-1]], verify_logits[:cu_v[-1]], cu
+
+
+def _draft_logits(draft, hidden_size, slots):
+    """One prefill step of the draft; prev_hidden rows from a fixed random draw."""
+    meta, cu = make_meta({b: (tok, 0, True) for b, tok in slots.items()}, len(slots), 4)
+    prev = np.random.default_rng(3).standard_normal([meta.token_num, hidden_size]).astype(np.float32)
+    kv = draft.new_kv_cache(len(slots) * MAX_BLOCKS, BLOCK_SIZE)
+    out = draft(meta.ids_remove_padding, paddle.to_tensor(prev), meta, kv, block_tables(len(slots)))
+    return draft.compute_logits(out).numpy()[:cu[-1]]
+
+
+def mode_logits(tp) -> dict:
+    config = ModelConfig()
+    full, shard = load_target(config, None, SINGLE_RANK), load_target(config, None, tp)
+    rng = np.random.default_rng(0)
+    prompts = {b: rng.integers(0, 256, 9 + 7 * b).tolist() for b in range(4)}
+    prefill = {b: (p, 0, True) for b, p in prompts.items()}
+    verify = {b: (rng.integers(0, 256, 3).tolist(), len(p), False) for b, p in prompts.items()}
+    _, l1, v1, cu = _target_steps(full, prefill, verify, 4)
+    _, l2, v2, _ = _target_steps(shard, prefill, verify, 4)
+    # batch invariance under TP: slot 2 prefilled alone must give the bits it had in the batch of four
+    _, alone, _, _ = _target_steps(shard, {0: prefill[2]}, {0: verify[2]}, 1)
+    draft1, draft2 = load_mtp("builtin:tiny-mtp", full), load_mtp("builtin:tiny-mtp", shard)
+    d1 = _draft_logits(draft1, full.arch.hidden_size, prompts)
+    d2 = _draft_logits(draft2, full.arch.hidden_size, prompts)
+    return {"prefill": _compare(l1, l2), "verify": _compare(v1, v2), "draft": _compare(d1, d2),
+            "alone_equals_batched": bool(np.array_equal(alone, l2[cu[2]:cu[3]])),
+            "digest": _digest(l2, v2, d2)}
+
+
+def _tokens(results: dict) -> dict:
+    return {req_id: tokens for req_id, (tokens, _) in results.items()}
+
+
+def mode_generate(tp) -> dict:
+    parallel = ParallelConfig(tensor_parallel_size=tp.size)
+
+    def config(*args, **kw):
+        return dataclasses.replace(make_config(*args, **kw), parallel_config=parallel)
+
+    sched = dict(max_num_batched_tokens=24)  # prompts up to 40 tokens: chunked prefill mixed with decode
+    reqs = random_requests(GENERATE_REQUESTS, seed=21, max_prompt=40, max_tokens=(1, 24), arrive_span=20,
+                           abort_rate=0.1)
+    whole = [dataclasses.replace(r, abort_at=None) for r in reqs]
+    t0 = time.perf_counter()
+    base = drive(Worker(config(**sched)), whole)
+    spec_worker = Worker(config("mtp", k=2, steps=2, **sched))
+    spec = drive(spec_worker, reqs, between=_shuffler(5))
+    sampled_reqs = random_requests(SAMPLED_REQUESTS, seed=8, max_prompt=24, max_tokens=(4, 16), sampled=True)
+    sampled = drive(Worker(config("mtp", k=2, steps=2, strategy="rejection")), sampled_reqs)
+    out = {"base": _tokens(base), "spec": _tokens(spec), "sampled": _tokens(sampled),
+           "aborted": [r.req_id for r in reqs if r.req_id not in spec],
+           "accepted": spec_worker.spec_stats.num_accepted, "drafted": spec_worker.spec_stats.num_drafted,
+           "seconds": time.perf_counter() - t0}
+    if tp.rank == 0:  # the single-rank reference, for the agreement figure
+        out["tp1"] = _tokens(drive(Worker(make_config(**sched)), whole))
+    return out
+
+
+def mode_reduce(tp) -> dict:
+    rng = np.random.default_rng(100 + tp.rank)
+    base = (rng.standard_normal(1 << 15) * 10.0 ** rng.integers(-3, 4, 1 << 15)).astype(np.float32)
+    sizes = (7, 577, 4096, 1 << 15)
+    ours, gloo = {}, {}
+    for n in sizes:
+        ours[n] = tp.reduce_sum(paddle.to_tensor(base[:n].copy())).numpy()
+        t = paddle.to_tensor(base[:n].copy())
+        dist.all_reduce(t)
+        gloo[n] = t.numpy()
+    big = sizes[-1]
+    return {"ours_prefix_invariant": all(np.array_equal(ours[n], ours[big][:n]) for n in sizes),
+            "gloo_prefix_invariant": all(np.array_equal(gloo[n], gloo[big][:n]) for n in sizes),
+            "digest": _digest(*(ours[n] for n in sizes))}
+
+
+def mode_smollm2(tp) -> dict:
+    from tests.smollm2 import SMOLLM2_DIR
+
+    config = ModelConfig(path=str(SMOLLM2_DIR))
+    shard = load_target(config, None, tp)
+    full = load_target(config, None, SINGLE_RANK) if tp.rank == 0 else None
+    rng = np.random.default_rng(1)
+    prompts = {b: rng.integers(0, 49152, 6 + 5 * b).tolist() for b in range(3)}
+    prefill = {b: (p, 0, True) for b, p in prompts.items()}
+    verify = {b: (rng.integers(0, 49152, 3).tolist(), len(p), False) for b, p in prompts.items()}
+    _, l2, v2, _ = _target_steps(shard, prefill, verify, 3)
+    out = {"digest": _digest(l2, v2)}
+    if full is not None:
+        _, l1, v1, _ = _target_steps(full, prefill, verify, 3)
+        out.update(prefill=_compare(l1, l2), verify=_compare(v1, v2))
+    del full
+    return out
+
+
+MODES = {"logits": mode_logits, "generate": mode_generate, "reduce": mode_reduce, "smollm2": mode_smollm2}
+
+
+def main() -> None:
+    mode, out_dir = sys.argv[1], Path(sys.argv[2])
+    tp = init_tensor_parallel(dist.get_world_size())
+    result = {"rank": tp.rank, "size": tp.size, **MODES[mode](tp)}
+    (out_dir / f"rank{tp.rank}.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
