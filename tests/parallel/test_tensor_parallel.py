@@ -86,11 +86,17 @@ def test_reduce_sum_over_3_ranks_is_size_invariant(tmp_path):
     print("gloo all_reduce size-invariant at 3 ranks:", [r["gloo_prefix_invariant"] for r in ranks])
 
 
-def test_smollm2_tp3_logits_match_tp1(tmp_path):
-    """SmolLM2-135M (9 heads, 3 KV heads, intermediate 1536, vocab 49152) over 3 ranks."""
+def test_smollm2_tp3_logits_match_tp1_and_ngram_equals_non_speculative(tmp_path):
+    """SmolLM2-135M (9 heads, 3 KV heads, intermediate 1536, vocab 49152) over 3 ranks: logits vs TP = 1, and
+    16 packaged prompts x 32 greedy tokens, n-gram speculative (k 3) == non-speculative, identical on all ranks."""
     require_smollm2()
     ranks = launch("smollm2", 3, tmp_path)
     assert len({r["digest"] for r in ranks}) == 1, "the ranks' logits differ"
+    for run in ("base", "spec"):
+        assert all(r[run] == ranks[0][run] for r in ranks), f"ranks disagree in run {run!r}"
+    assert len(ranks[0]["base"]) == 16 and ranks[0]["spec"] == ranks[0]["base"]
+    print(f"SmolLM2 TP=3 tokens/s (2 shared cores, batch 16): non-speculative {ranks[0]['base_tokens_per_s']:.1f}, "
+          f"ngram {ranks[0]['spec_tokens_per_s']:.1f}")
     for step in ("prefill", "verify"):
         cmp = ranks[0][step]
         assert cmp["max_abs_over_max"] < SMOLLM2_REL_TOLERANCE, (step, cmp)

@@ -34,6 +34,7 @@ from tests.worker.worker_harness import drive, make_config, random_requests
 
 GENERATE_REQUESTS = 64  # about 10% are aborted; the rest (>= 50) are compared
 SAMPLED_REQUESTS = 16
+SMOLLM2_REQUESTS, SMOLLM2_MAX_TOKENS = 16, 32
 
 
 def _digest(*arrays: np.ndarray) -> str:
@@ -145,6 +146,32 @@ def mode_smollm2(tp) -> dict:
         _, l1, v1, _ = _target_steps(full, prefill, verify, 3)
         out.update(prefill=_compare(l1, l2), verify=_compare(v1, v2))
     del full
+    return {**out, **_smollm2_generate(tp, shard)}
+
+
+def _smollm2_generate(tp, shard) -> dict:
+    """Greedy n-gram speculative (k 3) vs non-speculative over the packaged prompts, sharing the loaded shard."""
+    from specworker.batch_run import DEFAULT_PROMPTS, load_prompts
+    from specworker.config import load_config
+    from specworker.hf_tokenizer import load_tokenizer
+    from specworker.sampling_params import SamplingParams
+    from tests.smollm2 import SMOLLM2_CONFIG
+    from tests.worker.worker_harness import Req
+
+    config = load_config(SMOLLM2_CONFIG)
+    tokenizer = load_tokenizer(config.model.path)
+    params = SamplingParams(max_tokens=SMOLLM2_MAX_TOKENS, temperature=0.0, ignore_eos=True)
+    reqs = [Req(f"p{i}", tokenizer.encode(text), params)
+            for i, text in enumerate(load_prompts(DEFAULT_PROMPTS)[:SMOLLM2_REQUESTS])]
+    parallel = ParallelConfig(tensor_parallel_size=tp.size)
+    ngram = dataclasses.replace(load_config(SMOLLM2_CONFIG.with_name("smollm2_ngram.yaml")),
+                                parallel_config=parallel)
+    out = {}
+    for name, cfg in (("base", dataclasses.replace(config, parallel_config=parallel)), ("spec", ngram)):
+        worker = Worker(cfg, model=shard)
+        t0 = time.perf_counter()
+        out[name] = _tokens(drive(worker, reqs))
+        out[f"{name}_tokens_per_s"] = sum(map(len, out[name].values())) / (time.perf_counter() - t0)
     return out
 
 
