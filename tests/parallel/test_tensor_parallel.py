@@ -48,6 +48,7 @@ def test_tp2_logits_match_tp1_and_stay_batch_invariant(tmp_path):
     assert ranks[0]["digest"] == ranks[1]["digest"], "the ranks' logits differ"
     for rank in ranks:
         assert rank["alone_equals_batched"], "a slot's logits under TP = 2 depend on the batch"
+        assert rank["host_read"] is None, rank["host_read"]  # the collectives read no tensor value on the host
         for step in ("prefill", "verify", "draft"):
             cmp = rank[step]
             assert cmp["max_abs_over_max"] < REL_TOLERANCE, (step, cmp)

@@ -82,7 +82,21 @@ def mode_logits(tp) -> dict:
     d2 = _draft_logits(draft2, full.arch.hidden_size, prompts)
     return {"prefill": _compare(l1, l2), "verify": _compare(v1, v2), "draft": _compare(d1, d2),
             "alone_equals_batched": bool(np.array_equal(alone, l2[cu[2]:cu[3]])),
-            "digest": _digest(l2, v2, d2)}
+            "host_read": _host_read(shard, prefill), "digest": _digest(l2, v2, d2)}
+
+
+def _host_read(model, slots) -> str | None:
+    """The sharded forward and logits (collectives included) under the host-read guard: None, or the error."""
+    from tests.sync_guard import HostReadError, forbid_host_reads
+
+    meta, _ = make_meta(slots, len(slots), 4)
+    runner = TargetRunner(model, len(slots))
+    try:
+        with forbid_host_reads():
+            model.compute_logits(model(meta.ids_remove_padding, meta, runner.kv, runner.tables))
+    except HostReadError as err:
+        return str(err)
+    return None
 
 
 def _tokens(results: dict) -> dict:
