@@ -143,25 +143,33 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_tp_sizes(config, source: str) -> None:
+    """ConfigError (naming `source`) when parallel_config.tensor_parallel_size does not divide the heads, KV heads
+    or intermediate size in the model's config.json; reads no weights."""
+    from specworker.config import check_tensor_parallel
+    from specworker.model_executor.models.checkpoint import config_json, read_target_arch
+
+    try:
+        arch = read_target_arch(config.model)
+    except (FileNotFoundError, ValueError) as err:
+        raise UserError(f"{source}: cannot read the model's architecture: {err}") from None
+    try:
+        check_tensor_parallel(config.parallel_config.tensor_parallel_size, num_heads=arch.num_heads,
+                              num_kv_heads=arch.num_kv_heads, intermediate_size=arch.intermediate_size,
+                              where=str(config_json(config.model)))
+    except ConfigError as err:
+        raise err.in_source(source) from None
+
+
 def _launch_ranks(args: argparse.Namespace, config) -> int:
     """`specworker run` with tensor_parallel_size N > 1, started by hand: checks that N divides the model's
     heads, KV heads and intermediate size, then runs this same command as N ranks (tp_launch.run_ranks)."""
     import os
 
-    from specworker.config import check_tensor_parallel
-    from specworker.model_executor.models.checkpoint import config_json, read_target_arch
     from specworker.tp_launch import run_ranks
 
     size = config.parallel_config.tensor_parallel_size
-    try:
-        arch = read_target_arch(config.model)
-    except (FileNotFoundError, ValueError) as err:
-        raise UserError(f"{args.config}: cannot read the model's architecture: {err}") from None
-    try:
-        check_tensor_parallel(size, num_heads=arch.num_heads, num_kv_heads=arch.num_kv_heads,
-                              intermediate_size=arch.intermediate_size, where=str(config_json(config.model)))
-    except ConfigError as err:
-        raise err.in_source(str(args.config)) from None
+    _check_tp_sizes(config, str(args.config))
     package_root = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
     print(f"{PROG}: starting {size} ranks (python -m paddle.distributed.launch); rank logs in "
@@ -232,6 +240,8 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
     config = load_config(args.path, check_paths=not args.no_check_paths)
     model = None if args.no_check_paths else describe_model(config, source=str(args.path))  # opens the weights
+    if model is not None:
+        _check_tp_sizes(config, str(args.path))
     print(f"{args.path}: ok")
     if model is not None:
         print(model)

@@ -1,6 +1,6 @@
 """TensorParallel: one rank's share of a tensor-parallel model and the two collectives the model path needs
-(docs/spec.md §6.3, docs/tensor_parallel.md). Owns the split arithmetic (heads, intermediate, padded vocab) and the reductions;
-the layers own which weight is split how. paddle.distributed does the communication (gloo on CPU, NCCL on GPU).
+(docs/spec.md §6.3, docs/tensor_parallel.md). Owns the split arithmetic (heads, intermediate, padded vocab) and
+the reductions; the layers own which weight is split how. paddle.distributed communicates (gloo, NCCL).
 """
 
 from __future__ import annotations

@@ -124,6 +124,16 @@ def test_cli_run_rejects_a_size_that_does_not_divide_smollm2_before_starting_ran
     assert not (tmp_path / "logs").exists()
 
 
+def test_check_config_rejects_a_size_that_does_not_divide_smollm2(tmp_path, capsys):
+    require_smollm2()
+    path = tmp_path / "tp.yaml"
+    for size, status in ((2, 2), (3, 0)):
+        path.write_text(yaml.safe_dump({"model": {"path": str(SMOLLM2_DIR)},
+                                        "parallel_config": {"tensor_parallel_size": size}}))
+        assert main(["check-config", str(path)]) == status
+    assert "tensor_parallel_size = 2: does not divide" in capsys.readouterr().err
+
+
 def test_checkpoint_size_check_names_the_config_json():
     with pytest.raises(ConfigError, match=r"config.json's num_heads = 4"):
         load_hf_target(DATA / "llama", tp=TensorParallel(0, 3))
