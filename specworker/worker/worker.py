@@ -43,7 +43,9 @@ def _place(device: str, tp: TensorParallel):
         return paddle.CUDAPlace(0)
     import paddle.distributed as dist
 
-    return paddle.CUDAPlace(dist.ParallelEnv().device_id)  # this rank's GPU (the launcher assigns it)
+    device_id = dist.ParallelEnv().device_id  # this rank's GPU (the launcher assigns it)
+    paddle.set_device(f"gpu:{device_id}")  # tensors made without a place (aranges, constants) go there too
+    return paddle.CUDAPlace(device_id)
 
 
 class Worker:

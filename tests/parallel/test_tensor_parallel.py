@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+import paddle
 import pytest
 
 from specworker.tp_launch import run_ranks
@@ -29,13 +30,20 @@ REL_TOLERANCE = 1e-5
 SMOLLM2_REL_TOLERANCE = 3e-5  # 30 layers, three partial sums per row-parallel output: measured 4.3e-6
 
 
+def device_for(nproc: int) -> str:
+    """gpu (NCCL) where this Paddle has CUDA and nproc GPUs, else cpu (gloo): the tests run unchanged on both."""
+    if paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() >= nproc:
+        return "gpu"
+    return "cpu"
+
+
 def launch(mode: str, nproc: int, tmp_path: Path) -> list[dict]:
     """Runs tp_ranks.py MODE as nproc ranks; returns every rank's JSON, rank order."""
     out = tmp_path / mode
     out.mkdir()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    status = run_ranks(nproc, [sys.executable, str(RANK_SCRIPT), mode, str(out)], tmp_path / "logs", env=env,
-                       timeout=LAUNCH_TIMEOUT_S)
+    command = [sys.executable, str(RANK_SCRIPT), mode, str(out), device_for(nproc)]
+    status = run_ranks(nproc, command, tmp_path / "logs", env=env, timeout=LAUNCH_TIMEOUT_S)
     logs = "\n".join(p.read_text()[-3000:] for p in sorted((tmp_path / "logs").glob("workerlog.*")))
     assert status == 0, f"a rank failed (exit {status}):\n{logs}"
     results = [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
@@ -54,6 +62,11 @@ def test_tp2_logits_match_tp1_and_stay_batch_invariant(tmp_path):
             assert cmp["max_abs_over_max"] < REL_TOLERANCE, (step, cmp)
             assert cmp["argmax_agree"] >= 0.95, (step, cmp)  # ties aside, the same argmax
     print("TP=2 vs TP=1:", {step: ranks[0][step] for step in ("prefill", "verify", "draft")})
+    for name, cmp in ranks[0]["hf"].items():  # biases after the reduction, q/k norm, ERNIE's rotation
+        assert cmp["digest"] == ranks[1]["hf"][name]["digest"], name
+        for step in ("prefill", "verify"):
+            assert cmp[step]["max_abs_over_max"] < REL_TOLERANCE and cmp[step]["argmax_agree"] >= 0.95, (name, cmp)
+    print("HF tiny TP=2 vs TP=1:", {n: c["prefill"]["max_abs_over_max"] for n, c in ranks[0]["hf"].items()})
 
 
 def test_tp2_greedy_speculative_equals_non_speculative(tmp_path):

@@ -1,9 +1,11 @@
 """The program every rank runs in the tensor-parallel tests (test_tensor_parallel.py starts it through
-specworker.tp_launch). `python tp_ranks.py MODE OUT_DIR`; each rank writes OUT_DIR/rank<r>.json.
+specworker.tp_launch). `python tp_ranks.py MODE OUT_DIR DEVICE`; each rank writes OUT_DIR/rank<r>.json. DEVICE cpu (gloo) or gpu (NCCL,
+one GPU per rank): the same program either way.
 
 Modes:
   logits    tiny target and MTP draft: TP shard vs the whole model (loaded in the same process) on a batched
-            prefill and a verify step; batch invariance of the sharded model (a slot alone vs in the batch)
+            prefill and a verify step; batch invariance of the sharded model (a slot alone vs in the batch);
+            the tiny Hugging Face architectures (biases added after the reduction, q/k norm, ERNIE's rotation)
   generate  tiny pair: Worker runs (TP non-speculative, TP MTP with aborts and reorders, TP seeded sampling;
             rank 0 also TP = 1) over random requests
   reduce    TensorParallel.reduce_sum over tensors of several sizes (3 ranks: the all-gather path), and
@@ -32,6 +34,8 @@ from tests.model_executor.test_llama import BLOCK_SIZE, MAX_BLOCKS, TargetRunner
 from tests.spec_decode.test_lossless import _shuffler
 from tests.worker.worker_harness import drive, make_config, random_requests
 
+HF_MODELS = ("llama", "qwen2", "qwen3", "ernie4_5")  # biases (o, mlp), q/k/v bias, q/k norm, interleaved RoPE
+PLACE = [None]  # this rank's place (main sets it)
 GENERATE_REQUESTS = 64  # about 10% are aborted; the rest (>= 50) are compared
 SAMPLED_REQUESTS = 16
 SMOLLM2_REQUESTS, SMOLLM2_MAX_TOKENS = 16, 32
@@ -68,7 +72,7 @@ def _draft_logits(draft, hidden_size, slots):
 
 def mode_logits(tp) -> dict:
     config = ModelConfig()
-    full, shard = load_target(config, None, SINGLE_RANK), load_target(config, None, tp)
+    full, shard = load_target(config, PLACE[0], SINGLE_RANK), load_target(config, PLACE[0], tp)
     rng = np.random.default_rng(0)
     prompts = {b: rng.integers(0, 256, 9 + 7 * b).tolist() for b in range(4)}
     prefill = {b: (p, 0, True) for b, p in prompts.items()}
@@ -77,12 +81,30 @@ def mode_logits(tp) -> dict:
     _, l2, v2, _ = _target_steps(shard, prefill, verify, 4)
     # batch invariance under TP: slot 2 prefilled alone must give the bits it had in the batch of four
     _, alone, _, _ = _target_steps(shard, {0: prefill[2]}, {0: verify[2]}, 1)
-    draft1, draft2 = load_mtp("builtin:tiny-mtp", full), load_mtp("builtin:tiny-mtp", shard)
+    draft1, draft2 = load_mtp("builtin:tiny-mtp", full, PLACE[0]), load_mtp("builtin:tiny-mtp", shard, PLACE[0])
     d1 = _draft_logits(draft1, full.arch.hidden_size, prompts)
     d2 = _draft_logits(draft2, full.arch.hidden_size, prompts)
     return {"prefill": _compare(l1, l2), "verify": _compare(v1, v2), "draft": _compare(d1, d2),
             "alone_equals_batched": bool(np.array_equal(alone, l2[cu[2]:cu[3]])),
-            "host_read": _host_read(shard, prefill), "digest": _digest(l2, v2, d2)}
+            "host_read": _host_read(shard, prefill), "hf": _hf_logits(tp), "digest": _digest(l2, v2, d2)}
+
+
+def _hf_logits(tp) -> dict:
+    """Per tiny Hugging Face architecture: TP shard vs the whole model on a batched prefill and verify step."""
+    from specworker.model_executor.models.hf_checkpoint import load_hf_target
+    from tests.model_executor.test_hf_golden import DATA
+
+    rng = np.random.default_rng(4)
+    out = {}
+    for name in HF_MODELS:
+        full, shard = load_hf_target(DATA / name, PLACE[0]), load_hf_target(DATA / name, PLACE[0], tp=tp)
+        prompts = {b: rng.integers(0, full.arch.vocab_size, 5 + 4 * b).tolist() for b in range(3)}
+        prefill = {b: (p, 0, True) for b, p in prompts.items()}
+        verify = {b: (rng.integers(0, full.arch.vocab_size, 3).tolist(), len(p), False) for b, p in prompts.items()}
+        _, l1, v1, _ = _target_steps(full, prefill, verify, 3)
+        _, l2, v2, _ = _target_steps(shard, prefill, verify, 3)
+        out[name] = {"prefill": _compare(l1, l2), "verify": _compare(v1, v2), "digest": _digest(l2, v2)}
+    return out
 
 
 def _host_read(model, slots) -> str | None:
@@ -107,7 +129,7 @@ def mode_generate(tp) -> dict:
     parallel = ParallelConfig(tensor_parallel_size=tp.size)
 
     def config(*args, **kw):
-        return dataclasses.replace(make_config(*args, **kw), parallel_config=parallel)
+        return dataclasses.replace(make_config(*args, **kw), parallel_config=parallel, device=DEVICE[0])
 
     sched = dict(max_num_batched_tokens=24)  # prompts up to 40 tokens: chunked prefill mixed with decode
     reqs = random_requests(GENERATE_REQUESTS, seed=21, max_prompt=40, max_tokens=(1, 24), arrive_span=20,
@@ -124,7 +146,7 @@ def mode_generate(tp) -> dict:
            "accepted": spec_worker.spec_stats.num_accepted, "drafted": spec_worker.spec_stats.num_drafted,
            "seconds": time.perf_counter() - t0}
     if tp.rank == 0:  # the single-rank reference, for the agreement figure
-        out["tp1"] = _tokens(drive(Worker(make_config(**sched)), whole))
+        out["tp1"] = _tokens(drive(Worker(dataclasses.replace(make_config(**sched), device=DEVICE[0])), whole))
     return out
 
 
@@ -148,8 +170,8 @@ def mode_smollm2(tp) -> dict:
     from tests.smollm2 import SMOLLM2_DIR
 
     config = ModelConfig(path=str(SMOLLM2_DIR))
-    shard = load_target(config, None, tp)
-    full = load_target(config, None, SINGLE_RANK) if tp.rank == 0 else None
+    shard = load_target(config, PLACE[0], tp)
+    full = load_target(config, PLACE[0], SINGLE_RANK) if tp.rank == 0 else None
     rng = np.random.default_rng(1)
     prompts = {b: rng.integers(0, 49152, 6 + 5 * b).tolist() for b in range(3)}
     prefill = {b: (p, 0, True) for b, p in prompts.items()}
@@ -179,9 +201,10 @@ def _smollm2_generate(tp, shard) -> dict:
             for i, text in enumerate(load_prompts(DEFAULT_PROMPTS)[:SMOLLM2_REQUESTS])]
     parallel = ParallelConfig(tensor_parallel_size=tp.size)
     ngram = dataclasses.replace(load_config(SMOLLM2_CONFIG.with_name("smollm2_ngram.yaml")),
-                                parallel_config=parallel)
+                                parallel_config=parallel, device=DEVICE[0])
     out = {}
-    for name, cfg in (("base", dataclasses.replace(config, parallel_config=parallel)), ("spec", ngram)):
+    for name, cfg in (("base", dataclasses.replace(config, parallel_config=parallel, device=DEVICE[0])),
+                      ("spec", ngram)):
         worker = Worker(cfg, model=shard)
         t0 = time.perf_counter()
         out[name] = _tokens(drive(worker, reqs))
@@ -192,9 +215,16 @@ def _smollm2_generate(tp, shard) -> dict:
 MODES = {"logits": mode_logits, "generate": mode_generate, "reduce": mode_reduce, "smollm2": mode_smollm2}
 
 
+DEVICE = ["cpu"]
+
+
 def main() -> None:
-    mode, out_dir = sys.argv[1], Path(sys.argv[2])
+    mode, out_dir, DEVICE[0] = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     tp = init_tensor_parallel(dist.get_world_size())
+    if DEVICE[0] == "gpu":  # one GPU per rank, as Worker does
+        device_id = dist.ParallelEnv().device_id
+        paddle.set_device(f"gpu:{device_id}")
+        PLACE[0] = paddle.CUDAPlace(device_id)
     result = {"rank": tp.rank, "size": tp.size, **MODES[mode](tp)}
     (out_dir / f"rank{tp.rank}.json").write_text(json.dumps(result))
 
