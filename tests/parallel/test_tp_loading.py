@@ -15,13 +15,14 @@ from safetensors.numpy import save_file
 from specworker.cli import main
 from specworker.config import ConfigError, ModelConfig, ParallelConfig, config_from_dict
 from specworker.model_executor.models.checkpoint import load_mtp, load_target
-from specworker.model_executor.models.hf_checkpoint import load_hf_target
+from specworker.model_executor.models.hf_checkpoint import load_hf_mtp, load_hf_target
 from specworker.model_executor.models.safetensors_io import SafetensorsFile
 from specworker.model_executor.models.tp_shards import Shard, our_layout_shard, read_shard
 from specworker.model_executor.parallel import SINGLE_RANK, TensorParallel
 from specworker.tp_launch import launch_argv
 from specworker.worker.worker import Worker
 from tests.model_executor.test_hf_golden import DATA
+from tests.model_executor.test_hf_mtp import _write_mtp
 from tests.smollm2 import SMOLLM2_DIR, require_smollm2
 from tests.worker.worker_harness import make_config
 
@@ -78,6 +79,19 @@ def test_hf_rank_loads_its_slices_of_the_single_rank_model(name):
     for rank in range(2):
         tp = TensorParallel(rank, 2)
         assert _expect_shards(load_hf_target(DATA / name, tp=tp), whole, whole.arch, tp) > 0
+
+
+@pytest.mark.parametrize("src_case,naming", [("ernie4_5", "ernie"), ("llama_linear", "deepseek")])
+def test_hf_mtp_rank_loads_its_slices(tmp_path, src_case, naming):
+    """An MTP layer in a Hugging Face checkpoint (ERNIE or DeepSeek-V3 naming) is sharded like the target's
+    layers; eh_proj and the norms are replicated."""
+    _write_mtp(src_case, tmp_path / "ckpt", naming)
+    whole = load_hf_target(tmp_path / "ckpt")
+    whole_draft = load_hf_mtp(tmp_path / "ckpt", whole)
+    for rank in range(2):
+        tp = TensorParallel(rank, 2)
+        draft = load_hf_mtp(tmp_path / "ckpt", load_hf_target(tmp_path / "ckpt", tp=tp))
+        assert _expect_shards(draft, whole_draft, whole.arch, tp) == 4  # qkv_proj, o_proj, gate_up, down
 
 
 def test_tiny_rank_loads_its_slices_and_the_spans_cover_each_tensor_once():
