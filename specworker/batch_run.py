@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from specworker.config import WorkerConfig
+from specworker.config import ConfigError, WorkerConfig
 from specworker.sampling_params import SamplingParams
 from specworker.spec_decode.metrics import DraftLenStats, SpecDecodeStats
 from specworker.hf_tokenizer import load_tokenizer
@@ -98,6 +98,8 @@ def load_worker(config: WorkerConfig, *, source: str = "config"):
         raise UserError(f"{source}: {why}")
     try:
         return Worker(config)
+    except ConfigError as err:  # parallel_config vs the checkpoint's architecture or the launched ranks
+        raise err.in_source(source) from None
     except ResourceError as err:  # the KV caches do not fit in the available memory
         raise UserError(f"{source}: {err}") from None
     except (FileNotFoundError, ValueError) as err:  # load_target / load_mtp's documented errors

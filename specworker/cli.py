@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 
 from specworker.batch_run import DEFAULT_PROMPTS, UserError
-from specworker.config import LOSSY_VERIFY_STRATEGIES, ConfigError, load_config
+from specworker.config import LOSSY_VERIFY_STRATEGIES, ConfigError, launched_world, load_config
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +103,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from specworker.sampling_params import SamplingParams
 
     config, prompts = _load(args)
+    if config.parallel_config.tensor_parallel_size > 1 and launched_world() is None:
+        return _launch_ranks(args, config)
     worker = load_worker(config, source=str(args.config))
     try:
         tokenizer = load_tokenizer(config.model.path)
@@ -129,7 +131,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"[{i}] {shown_prompt} >>> {shown}  ({reason.value})")
     print()
     print(run_metrics_table(run))
-    if args.json is not None:
+    if args.json is not None and worker.tp.rank == 0:  # every rank has the same completions
         data = {"config": str(args.config), "max_tokens": args.max_tokens, "chat": args.chat,
                 "ignore_eos": args.ignore_eos, "metrics": run_metrics(run),
                 "completions": [{"prompt": p, "prompt_token_ids": pids, "text": t, "token_ids": ids,
@@ -138,6 +140,43 @@ def _cmd_run(args: argparse.Namespace) -> int:
                                                               run.finish_reasons)]}
         _write(args.json, lambda path: path.write_text(json.dumps(data, indent=1) + "\n"))
         print(f"wrote {args.json}")
+    return 0
+
+
+def _check_tp_sizes(config, source: str) -> None:
+    """ConfigError (naming `source`) when parallel_config.tensor_parallel_size does not divide the heads, KV heads
+    or intermediate size in the model's config.json; reads no weights."""
+    from specworker.config import check_tensor_parallel
+    from specworker.model_executor.models.checkpoint import config_json, read_target_arch
+
+    try:
+        arch = read_target_arch(config.model)
+    except (FileNotFoundError, ValueError) as err:
+        raise UserError(f"{source}: cannot read the model's architecture: {err}") from None
+    try:
+        check_tensor_parallel(config.parallel_config.tensor_parallel_size, num_heads=arch.num_heads,
+                              num_kv_heads=arch.num_kv_heads, intermediate_size=arch.intermediate_size,
+                              where=str(config_json(config.model)))
+    except ConfigError as err:
+        raise err.in_source(source) from None
+
+
+def _launch_ranks(args: argparse.Namespace, config) -> int:
+    """`specworker run` with tensor_parallel_size N > 1, started by hand: checks that N divides the model's
+    heads, KV heads and intermediate size, then runs this same command as N ranks (tp_launch.run_ranks)."""
+    import os
+
+    from specworker.tp_launch import run_ranks
+
+    size = config.parallel_config.tensor_parallel_size
+    _check_tp_sizes(config, str(args.config))
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    print(f"{PROG}: starting {size} ranks (python -m paddle.distributed.launch); rank logs in "
+          f"{args.tp_log_dir}/workerlog.*", file=sys.stderr)
+    status = run_ranks(size, [sys.executable, "-m", "specworker", *args.argv], args.tp_log_dir, env=env)
+    if status != 0:
+        raise UserError(f"a rank failed (launcher exit status {status}); see {args.tp_log_dir}/workerlog.*")
     return 0
 
 
@@ -201,6 +240,8 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
     config = load_config(args.path, check_paths=not args.no_check_paths)
     model = None if args.no_check_paths else describe_model(config, source=str(args.path))  # opens the weights
+    if model is not None:
+        _check_tp_sizes(config, str(args.path))
     print(f"{args.path}: ok")
     if model is not None:
         print(model)
@@ -228,6 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ignore-eos", action="store_true", help="generate max-tokens tokens, past eos")
     run.add_argument("--temperature", type=_float_at_least(0.0), default=0.0,
                      help="0 = greedy (default); > 0 samples, seeded by the config's seed")
+    run.add_argument("--tp-log-dir", type=Path, default=Path("build/tp_logs"),
+                     help="with parallel_config.tensor_parallel_size > 1: where each rank's log goes")
     run.set_defaults(func=_cmd_run)
     bench = commands.add_parser("bench", help="speculative vs non-speculative throughput per batch size")
     bench.add_argument("--batch-sizes", type=_batch_sizes, default=(1, 4, 16, 32), help="e.g. 1,4,16,32")
@@ -264,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     from specworker.bench import OutputMismatch
 
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # a tensor-parallel run starts itself once per rank
     # Paddle's extension loader warns on every start when ccache is absent; it says nothing about the run.
     warnings.filterwarnings("ignore", message="No ccache found")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,

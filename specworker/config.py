@@ -19,8 +19,8 @@ import yaml
 
 from specworker.config_checks import ConfigError, check, check_at_least, check_choice, check_types, invalid, show
 
-__all__ = ["ConfigError", "ModelConfig", "SchedulerConfig", "SpeculativeConfig", "WorkerConfig", "config_from_dict",
-           "load_config"]
+__all__ = ["ConfigError", "ModelConfig", "ParallelConfig", "SchedulerConfig", "SpeculativeConfig", "WorkerConfig",
+           "check_tensor_parallel", "config_from_dict", "launched_world", "load_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +58,7 @@ INT32_MAX = 2**31 - 1  # offsets, cu_seqlens and KV slot ids are int32
 MAX_SEED = 2**32 - 1  # the widest range every RNG we seed (numpy, paddle, random) accepts
 MAX_BAD_WORDS = 64  # W, bad-word ids per request (FastDeploy sizes bad_tokens [N, V]; a cap costs N * W, not N * V)
 MAX_STOP_TOKENS = 8  # E, capacity of eos_token_id; unused entries are NO_TOKEN, which no op matches
+MAX_TENSOR_PARALLEL_SIZE = 64
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -334,6 +335,39 @@ class SpeculativeConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ParallelConfig:
+    """Tensor parallelism (docs/tensor_parallel.md): the target and the MTP draft are sharded over
+    tensor_parallel_size ranks, each running the same worker on the same inputs."""
+
+    SECTION: ClassVar[str] = "parallel_config"
+    tensor_parallel_size: int = 1
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        check(1 <= self.tensor_parallel_size <= MAX_TENSOR_PARALLEL_SIZE, "parallel_config.tensor_parallel_size",
+              self.tensor_parallel_size, f"1..{MAX_TENSOR_PARALLEL_SIZE}", "out of range")
+
+
+def check_tensor_parallel(size: int, *, num_heads: int, num_kv_heads: int, intermediate_size: int,
+                          where: str = "model") -> None:
+    """ConfigError naming parallel_config.tensor_parallel_size and the first architecture field it does not
+    divide (attention heads, KV heads, MLP intermediate size; the vocabulary is padded, docs/tensor_parallel.md).
+    `where` names the architecture's source (model, or a checkpoint's config.json)."""
+    for name, value in (("num_heads", num_heads), ("num_kv_heads", num_kv_heads),
+                        ("intermediate_size", intermediate_size)):
+        check(value % size == 0, "parallel_config.tensor_parallel_size", size,
+              f"a common divisor of {where}'s num_heads = {num_heads}, num_kv_heads = {num_kv_heads} and "
+              f"intermediate_size = {intermediate_size}", f"does not divide {where}'s {name} = {value}")
+
+
+def launched_world() -> int | None:
+    """Ranks of the paddle.distributed.launch job this process belongs to (PADDLE_TRAINERS_NUM), None when it
+    was not started by a launcher."""
+    world = os.environ.get("PADDLE_TRAINERS_NUM")
+    return int(world) if world and world.isdigit() else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerConfig:
     """Everything one worker needs; cross-section constraints are checked here."""
 
@@ -341,6 +375,7 @@ class WorkerConfig:
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     scheduler: SchedulerConfig = dataclasses.field(default_factory=SchedulerConfig)
     speculative_config: SpeculativeConfig = dataclasses.field(default_factory=SpeculativeConfig)
+    parallel_config: ParallelConfig = dataclasses.field(default_factory=ParallelConfig)
     device: str = "cpu"
     seed: int = 0
     debug_checks: bool = False  # run ForwardMeta.check(), SamplingMetadata.check() and friends every step
@@ -362,6 +397,10 @@ class WorkerConfig:
         target = BUILTIN_DRAFTS.get(spec.model or "")
         check(target is None or self.model.path == target, "speculative_config.model", spec.model,
               f"a draft of model.path {self.model.path!r}", f"this built-in draft shares the weights of {target!r}")
+        m = self.model
+        if m.is_builtin:  # a checkpoint's architecture is checked when its config.json is read
+            check_tensor_parallel(self.parallel_config.tensor_parallel_size, num_heads=m.num_heads,
+                                  num_kv_heads=m.num_kv_heads, intermediate_size=m.intermediate_size)
 
     @property
     def max_blocks_per_seq(self) -> int:
@@ -410,7 +449,8 @@ def _schedule_pairs(key: str, schedule: Mapping) -> tuple[tuple[int, int], ...]:
     return tuple(sorted((int(size), int(k)) for size, k in schedule.items()))
 
 
-_SECTIONS = {"model": ModelConfig, "scheduler": SchedulerConfig, "speculative_config": SpeculativeConfig}
+_SECTIONS = {"model": ModelConfig, "scheduler": SchedulerConfig, "speculative_config": SpeculativeConfig,
+             "parallel_config": ParallelConfig}
 _PATH_KEYS = {"model": "path", "speculative_config": "model"}
 
 

@@ -64,7 +64,22 @@ def bad(id_, patch, key, shown, allowed, check_paths=True):
 BAD_CONFIGS = [
     # unknown keys, at every level
     bad("unknown_top_level_key", {"modle": {"path": "x"}}, "modle", "{'path': 'x'}",
-        "model, scheduler, speculative_config, device, seed, debug_checks"),
+        "model, scheduler, speculative_config, parallel_config, device, seed, debug_checks"),
+    bad("unknown_parallel_key", {"parallel_config": {"tp": 2}}, "parallel_config.tp", "2", "tensor_parallel_size"),
+    bad("tensor_parallel_size_zero", {"parallel_config": {"tensor_parallel_size": 0}},
+        "parallel_config.tensor_parallel_size", "0", "1..64"),
+    bad("tensor_parallel_size_not_int", {"parallel_config": {"tensor_parallel_size": "2"}},
+        "parallel_config.tensor_parallel_size", "'2'", "an integer"),
+    # the tiny model has 6 heads, 2 KV heads, intermediate 512: 3 splits the heads but not the KV heads
+    bad("tensor_parallel_size_kv_heads", {"parallel_config": {"tensor_parallel_size": 3}},
+        "parallel_config.tensor_parallel_size", "3",
+        "a common divisor of model's num_heads = 6, num_kv_heads = 2 and intermediate_size = 512"),
+    bad("tensor_parallel_size_heads", {"parallel_config": {"tensor_parallel_size": 4}},
+        "parallel_config.tensor_parallel_size", "4", "a common divisor of model's num_heads = 6"),
+    bad("tensor_parallel_size_intermediate",
+        {"model.intermediate_size": 511, "parallel_config": {"tensor_parallel_size": 2}},
+        "parallel_config.tensor_parallel_size", "2",
+        "a common divisor of model's num_heads = 6, num_kv_heads = 2 and intermediate_size = 511"),
     bad("unknown_model_key", {"model.pth": "x"}, "model.pth", "'x'", "path, dtype, vocab_size"),
     bad("unknown_scheduler_key", {"scheduler.max_seqs": 4}, "scheduler.max_seqs", "4", "max_num_seqs, max_model_len"),
     bad("unsupported_fastdeploy_key", {"speculative_config.quantization": "WINT8"},

@@ -45,6 +45,7 @@ FLOORS = {
     "specworker.bench": 4,
     "specworker.report": 4,
     "specworker.cli": 4,
+    "specworker.tp_launch": 4,
     "specworker.__main__": 4,
 }
 

@@ -9,6 +9,7 @@ import dataclasses
 import paddle
 
 from specworker.config import WorkerConfig
+from specworker.model_executor.parallel import SINGLE_RANK, TensorParallel
 from specworker.spec_decode.base import NaiveProposer, Proposer
 from specworker.tokenizer import EOS_TOKEN_ID
 
@@ -32,10 +33,12 @@ class WorkerParts:
 
 
 def kv_cache_bytes(config: WorkerConfig, arch) -> int:
-    """Bytes of the target's KV cache plus the MTP draft's (one layer), k and v, float32."""
+    """Bytes of the target's KV cache plus the MTP draft's (one layer), k and v, float32, on one rank (which
+    holds num_kv_heads / tensor_parallel_size heads)."""
     s = config.scheduler
     layers = arch.num_layers + (1 if config.speculative_config.method == "mtp" else 0)
-    return s.num_blocks * s.block_size * arch.num_kv_heads * arch.head_dim * 2 * layers * KV_BYTES_PER_ELEMENT
+    kv_heads = arch.num_kv_heads // config.parallel_config.tensor_parallel_size
+    return s.num_blocks * s.block_size * kv_heads * arch.head_dim * 2 * layers * KV_BYTES_PER_ELEMENT
 
 
 def available_memory(place) -> int | None:
@@ -66,15 +69,19 @@ def check_kv_cache_fits(config: WorkerConfig, arch, place) -> None:
                             f"num_blocks <= {free // per_block}")
 
 
-def build_model_and_proposer(config: WorkerConfig, place, *, model=None, proposer=None) -> WorkerParts:
-    """Loads the target from config.model (unless `model` is given) and builds the proposer the method
-    asks for (NaiveProposer for none / naive, MTPProposer for mtp, NgramProposer for ngram,
-    SuffixProposer for suffix) unless `proposer`
-    is given."""
+def build_model_and_proposer(config: WorkerConfig, place, *, model=None, proposer=None,
+                             tp: TensorParallel = SINGLE_RANK) -> WorkerParts:
+    """Loads the target from config.model (unless `model` is given; this rank's shard under tp) and builds
+    the proposer the method asks for (NaiveProposer for none / naive, MTPProposer for mtp, NgramProposer for
+    ngram, SuffixProposer for suffix) unless `proposer` is given."""
     from specworker.model_executor.models.checkpoint import load_target
 
     if model is None:
-        model = load_target(config.model, place)
+        model = load_target(config.model, place, tp)
+    model_tp = getattr(model, "tp", SINGLE_RANK)  # wrappers injected by tests are single-rank
+    if model_tp.size != config.parallel_config.tensor_parallel_size:
+        raise ValueError(f"parallel_config.tensor_parallel_size = {config.parallel_config.tensor_parallel_size}, "
+                         f"but the injected model is sharded over {model_tp.size} ranks; allowed: the same size")
     arch = model.arch
     need = config.scheduler.max_model_len + config.speculative_config.max_draft_token_num
     if need > arch.max_position:

@@ -11,6 +11,7 @@ import paddle
 
 from specworker.config import LOSSY_VERIFY_STRATEGIES, WorkerConfig
 from specworker.model_executor.layers.sampler import GREEDY_TEMPERATURE
+from specworker.model_executor.parallel import TensorParallel, init_tensor_parallel
 from specworker.sampling_params import SamplingParams
 from specworker.spec_decode.metrics import DraftLenStats, SpecDecodeStats
 from specworker.spec_decode.policy import SpeculationPolicy
@@ -33,10 +34,18 @@ def device_error(device: str) -> str | None:
     return None
 
 
-def _place(device: str):
+def _place(device: str, tp: TensorParallel):
     if (why := device_error(device)) is not None:
         raise ValueError(why)
-    return paddle.CUDAPlace(0) if device == "gpu" else paddle.CPUPlace()
+    if device != "gpu":
+        return paddle.CPUPlace()
+    if tp.size == 1:
+        return paddle.CUDAPlace(0)
+    import paddle.distributed as dist
+
+    device_id = dist.ParallelEnv().device_id  # this rank's GPU (the launcher assigns it)
+    paddle.set_device(f"gpu:{device_id}")  # tensors made without a place (aranges, constants) go there too
+    return paddle.CUDAPlace(device_id)
 
 
 class Worker:
@@ -61,9 +70,12 @@ class Worker:
             raise TypeError(f"Worker(config): got a {type(config).__name__}; allowed: a WorkerConfig "
                             "(specworker.config.load_config)")
         self.config = config
-        place = _place(config.device)
+        # Tensor parallelism (docs/tensor_parallel.md): every rank runs this same worker on the same calls;
+        # the model's collectives make every logit row, hence every sampled token, identical on all ranks.
+        self.tp = init_tensor_parallel(config.parallel_config.tensor_parallel_size)
+        place = _place(config.device, self.tp)
         paddle.seed(config.seed)
-        parts = build_model_and_proposer(config, place, model=model, proposer=proposer)
+        parts = build_model_and_proposer(config, place, model=model, proposer=proposer, tp=self.tp)
         self.vocab_size = parts.vocab_size
         self.eos_token_ids = parts.eos_token_ids
         self.runner = ModelRunner(config, model=parts.model, kv_cache=parts.kv_cache, proposer=parts.proposer,

@@ -18,6 +18,7 @@ from specworker.model_executor.layers.elementwise import rowwise
 from specworker.model_executor.layers.packed_weights import PackedWeights
 from specworker.model_executor.layers.rms_norm import RMSNorm
 from specworker.model_executor.layers.rotary import apply_rotary, apply_rotary_factors
+from specworker.model_executor.parallel import SINGLE_RANK, TensorParallel
 
 INIT_STD = 0.02
 
@@ -54,23 +55,28 @@ class Attention(PackedWeights, paddle.nn.Layer):
     head_dim may differ from hidden_size / num_heads (Qwen3, Llama variants). Optional parts, all loaded
     from checkpoints that have them: a q/k/v bias (Qwen2, Llama attention_bias), an o_proj bias (Llama
     attention_bias), per-head RMSNorm of q and k before the rotation (Qwen3 q_norm / k_norm).
+    Under tensor parallelism (tp.size > 1) this rank holds heads tp.part(num_heads) and KV heads
+    tp.part(num_kv_heads): qkv_proj is column-parallel (its own heads' columns), o_proj row-parallel (its
+    heads' rows; the partial outputs are summed over ranks by tp.reduce_sum, then o_bias is added once).
     """
 
     PACKED = ("qkv_proj", "o_proj")
 
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, out_std: float, *,
                  head_dim: int | None = None, qkv_bias: bool = False, o_bias: bool = False, qk_norm: bool = False,
-                 rms_norm_eps: float = 1e-6):
+                 rms_norm_eps: float = 1e-6, tp: TensorParallel = SINGLE_RANK):
         super().__init__()
-        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
         self.head_dim = head_dim or hidden_size // num_heads
-        self.q_width, self.kv_width = num_heads * self.head_dim, num_kv_heads * self.head_dim
+        self.tp = tp
+        self.num_heads, self.num_kv_heads = num_heads // tp.size, num_kv_heads // tp.size  # this rank's heads
+        self.q_width, self.kv_width = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         self.qkv_proj = make_weight(self, [hidden_size, self.q_width + 2 * self.kv_width])
         self.qkv_bias = make_bias(self, self.q_width + 2 * self.kv_width) if qkv_bias else None
         self.o_proj = make_weight(self, [self.q_width, hidden_size], out_std)
         self.o_bias = make_bias(self, hidden_size) if o_bias else None
         self.q_norm = RMSNorm(self.head_dim, rms_norm_eps) if qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, rms_norm_eps) if qk_norm else None
+        self._o_bias_in_linear = self.o_bias if tp.size == 1 else None  # else added after the reduction
 
     def forward(self, x, cos, sin, meta: ForwardMeta, key_cache, value_cache, block_tables):
         """Inference. x [T, H]; cos/sin: RotaryEmbedding.factors [T, 1, head_dim];
@@ -89,8 +95,9 @@ class Attention(PackedWeights, paddle.nn.Layer):
         v = v.reshape([t, self.num_kv_heads, self.head_dim])
         out = ops.paged_attention(q, k, v, key_cache, value_cache, block_tables, meta.cu_seqlens_q,
                                   meta.seq_lens_decoder, meta.seq_lens_this_time, meta.batch_id_per_token)
-        return ops.batch_invariant_linear(out.reshape([t, self.q_width]), self.linear_weight("o_proj"),
-                                          self.o_bias)  # [T, H]
+        out = ops.batch_invariant_linear(out.reshape([t, self.q_width]), self.linear_weight("o_proj"),
+                                         self._o_bias_in_linear)  # [T, H], this rank's heads' share
+        return row_parallel_output(self.tp, out, self.o_bias)
 
     def project_train(self, x, cos, sin):
         """Training-path q, k (normed, rotated) and v of x [B, L, H]: [B, L, heads or kv_heads, head_dim] each."""
@@ -124,24 +131,41 @@ class Attention(PackedWeights, paddle.nn.Layer):
         return self.output_train(out.transpose([0, 2, 1, 3]).reshape([b, length, self.q_width]))
 
 
+def row_parallel_output(tp: TensorParallel, partial: paddle.Tensor, bias: paddle.Tensor | None) -> paddle.Tensor:
+    """A row-parallel projection's output: the sum of every rank's partial [T, H] plus the bias, which the
+    linear op already added when tp.size == 1 (the single-rank path is unchanged)."""
+    if tp.size == 1:
+        return partial
+    total = tp.reduce_sum(partial)
+    return total if bias is None else total + bias
+
+
 class SwiGLU(PackedWeights, paddle.nn.Layer):
-    """down(silu(gate(x)) * up(x)), gate and up fused in one [H, 2I] weight (gate first)."""
+    """down(silu(gate(x)) * up(x)), gate and up fused in one [H, 2I] weight (gate first). Under tensor
+    parallelism this rank holds the intermediate columns tp.part(I) of gate and of up (column-parallel) and
+    the same rows of down (row-parallel, summed over ranks by tp.reduce_sum, then down_bias once)."""
 
     PACKED = ("gate_up_proj", "down_proj")
 
-    def __init__(self, hidden_size: int, intermediate_size: int, out_std: float, *, bias: bool = False):
+    def __init__(self, hidden_size: int, intermediate_size: int, out_std: float, *, bias: bool = False,
+                 tp: TensorParallel = SINGLE_RANK):
         super().__init__()
+        self.tp = tp
+        intermediate_size //= tp.size  # this rank's share
         self.intermediate_size = intermediate_size
         self.gate_up_proj = make_weight(self, [hidden_size, 2 * intermediate_size])
         self.gate_up_bias = make_bias(self, 2 * intermediate_size) if bias else None
         self.down_proj = make_weight(self, [intermediate_size, hidden_size], out_std)
         self.down_bias = make_bias(self, hidden_size) if bias else None
+        self._down_bias_in_linear = self.down_bias if tp.size == 1 else None  # else added after the reduction
 
     def forward(self, x):
         """Inference. x [T, H] -> [T, H]."""
         gate_up = ops.batch_invariant_linear(x, self.linear_weight("gate_up_proj"), self.gate_up_bias)
         gate, up = paddle.split(gate_up, 2, axis=-1)
-        return ops.batch_invariant_linear(rowwise(F.silu, gate) * up, self.linear_weight("down_proj"), self.down_bias)
+        out = ops.batch_invariant_linear(rowwise(F.silu, gate) * up, self.linear_weight("down_proj"),
+                                         self._down_bias_in_linear)
+        return row_parallel_output(self.tp, out, self.down_bias)
 
     def forward_train(self, x):
         """Training. x [B, L, H] -> [B, L, H]."""
@@ -156,13 +180,13 @@ class DecoderLayer(paddle.nn.Layer):
 
     def __init__(self, *, hidden_size: int, num_heads: int, num_kv_heads: int, intermediate_size: int,
                  rms_norm_eps: float, out_std: float = INIT_STD, head_dim: int | None = None, qkv_bias: bool = False,
-                 o_bias: bool = False, mlp_bias: bool = False, qk_norm: bool = False):
+                 o_bias: bool = False, mlp_bias: bool = False, qk_norm: bool = False, tp: TensorParallel = SINGLE_RANK):
         super().__init__()
         self.input_norm = RMSNorm(hidden_size, rms_norm_eps)
         self.attn = Attention(hidden_size, num_heads, num_kv_heads, out_std, head_dim=head_dim, qkv_bias=qkv_bias,
-                              o_bias=o_bias, qk_norm=qk_norm, rms_norm_eps=rms_norm_eps)
+                              o_bias=o_bias, qk_norm=qk_norm, rms_norm_eps=rms_norm_eps, tp=tp)
         self.post_attn_norm = RMSNorm(hidden_size, rms_norm_eps)
-        self.mlp = SwiGLU(hidden_size, intermediate_size, out_std, bias=mlp_bias)
+        self.mlp = SwiGLU(hidden_size, intermediate_size, out_std, bias=mlp_bias, tp=tp)
 
     def pack_weights(self, dtype: str = "float32") -> None:
         """Inference copies of the four projections (PackedWeights.pack_weights)."""

@@ -16,13 +16,16 @@ import paddle
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
-from specworker.config import ARCH_FIELDS, ModelConfig
+from specworker.config import ARCH_FIELDS, ModelConfig, check_tensor_parallel
 from specworker.json_file import read_json_object
 from specworker.model_executor.layers.decoder_layer import skip_random_init
 from specworker.model_executor.models.hf_checkpoint import load_hf_mtp, load_hf_target
-from specworker.model_executor.models.hf_config import is_hf_checkpoint
+from specworker.model_executor.models.hf_config import is_hf_checkpoint, read_hf_config
 from specworker.model_executor.models.llama import LlamaArch, LlamaModel
 from specworker.model_executor.models.mtp import MTPDraft
+from specworker.model_executor.models.safetensors_io import SafetensorsFile
+from specworker.model_executor.models.tp_shards import our_layout_shard, read_shard
+from specworker.model_executor.parallel import SINGLE_RANK, TensorParallel
 
 CONFIG_FILE, TARGET_FILE, MTP_FILE = "config.json", "model.safetensors", "mtp.safetensors"
 MODEL_TYPE = "llama"
@@ -60,13 +63,25 @@ def _typed(path: Path, key: str, value):
     return want(value)
 
 
+def read_target_arch(model_config: ModelConfig) -> LlamaArch:
+    """The architecture of model_config's target, from its config.json alone (no weights read)."""
+    model_dir = target_dir(model_config)
+    return read_hf_config(model_dir).arch if is_hf_checkpoint(model_dir) else read_arch(model_dir)
+
+
+def config_json(model_config: ModelConfig) -> Path:
+    """The config.json that defines model_config's architecture."""
+    return target_dir(model_config) / CONFIG_FILE
+
+
 def target_dir(model_config: ModelConfig) -> Path:
     """The directory model.path names (a builtin: name resolves to the committed weights)."""
     return BUILTIN_TARGET_DIRS.get(model_config.path, Path(model_config.path))
 
 
-def load_target(model_config: ModelConfig, place=None) -> LlamaModel:
-    """The target of model_config.path, weights from model.safetensors, on `place` (default CPU).
+def load_target(model_config: ModelConfig, place=None, tp: TensorParallel = SINGLE_RANK) -> LlamaModel:
+    """The target of model_config.path, weights from model.safetensors, on `place` (default CPU); with
+    tp.size > 1 only this rank's shard of it (read slice by slice, docs/tensor_parallel.md).
 
     For a builtin: model the config.json must match model_config's architecture fields.
     Raises FileNotFoundError (missing file) or ValueError (config mismatch, missing / unexpected
@@ -77,7 +92,7 @@ def load_target(model_config: ModelConfig, place=None) -> LlamaModel:
                          "linear op is float32 only)")
     model_dir = target_dir(model_config)
     if is_hf_checkpoint(model_dir):
-        return load_hf_target(model_dir, place, linear_weight_dtype=model_config.linear_weight_dtype)
+        return load_hf_target(model_dir, place, linear_weight_dtype=model_config.linear_weight_dtype, tp=tp)
     arch = read_arch(model_dir)
     if model_config.is_builtin:
         for key in ARCH_FIELDS:
@@ -85,9 +100,10 @@ def load_target(model_config: ModelConfig, place=None) -> LlamaModel:
             if have != want:
                 raise ValueError(f"{model_dir / CONFIG_FILE}: {key} = {have!r}, but model.{key} = {want!r} "
                                  f"for {model_config.path!r} (the committed weights have the file's architecture)")
+    check_tp_arch(arch, tp, model_dir / CONFIG_FILE)
     with skip_random_init():
-        model = LlamaModel(arch)
-    _load_state(model, model_dir / TARGET_FILE)
+        model = LlamaModel(arch, tp)
+    _load_state(model, model_dir / TARGET_FILE, arch, tp)
     model.eval()
     model.to_place(place or paddle.CPUPlace())
     model.pack_weights(model_config.linear_weight_dtype)
@@ -114,7 +130,7 @@ def load_mtp(path_or_builtin: str, target: LlamaModel, place=None, *,
         return load_hf_mtp(path_or_builtin, target, place, linear_weight_dtype=linear_weight_dtype)
     with skip_random_init():
         draft = MTPDraft(target)
-    _load_state(draft, draft_file(path_or_builtin))
+    _load_state(draft, draft_file(path_or_builtin), target.arch, target.tp)
     draft.eval()
     draft.to(place or paddle.CPUPlace())
     draft.pack_weights(linear_weight_dtype)
@@ -140,10 +156,21 @@ def _numpy_state(layer: paddle.nn.Layer) -> dict[str, np.ndarray]:
     return {name: np.ascontiguousarray(p.numpy()) for name, p in layer.named_parameters()}
 
 
-def _load_state(layer: paddle.nn.Layer, path: Path) -> None:
-    """Copies every tensor of the safetensors file at `path` into layer's parameters, checked by name."""
+def check_tp_arch(arch: LlamaArch, tp: TensorParallel, source: Path) -> None:
+    """ConfigError when tp.size does not divide the heads, KV heads or intermediate size of `arch` (source:
+    the config.json it came from)."""
+    check_tensor_parallel(tp.size, num_heads=arch.num_heads, num_kv_heads=arch.num_kv_heads,
+                          intermediate_size=arch.intermediate_size, where=str(source))
+
+
+def _load_state(layer: paddle.nn.Layer, path: Path, arch: LlamaArch, tp: TensorParallel) -> None:
+    """Copies every tensor of the safetensors file at `path` into layer's parameters, checked by name; with
+    tp.size > 1 only this rank's slices (_load_state_sharded)."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: weights file not found")
+    if tp.size > 1:
+        _load_state_sharded(layer, path, arch, tp)
+        return
     try:
         tensors = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
@@ -160,3 +187,22 @@ def _load_state(layer: paddle.nn.Layer, path: Path) -> None:
             raise ValueError(f"{path}: tensor {name!r} is {list(array.shape)} {array.dtype}, expected {want} float32")
     for name, param in params.items():
         param.set_value(tensors[name])
+
+
+def _load_state_sharded(layer: paddle.nn.Layer, path: Path, arch: LlamaArch, tp: TensorParallel) -> None:
+    """_load_state for one tensor-parallel rank: each sharded tensor's full shape is checked against the
+    architecture, then only this rank's slices are read (tp_shards.our_layout_shard)."""
+    f = SafetensorsFile(path)
+    params = dict(layer.named_parameters())
+    for name in params:
+        if name not in f.names:
+            raise ValueError(f"{path}: missing tensor {name!r}")
+    for name in f.names:
+        if name not in params:
+            raise ValueError(f"{path}: unexpected tensor {name!r}; allowed: {', '.join(params)}")
+    for name, param in params.items():
+        shard = our_layout_shard(name, arch, tp)
+        want = list(param.shape) if shard is None else shard.shape(list(param.shape))
+        if f.shape(name) != want or f.dtype(name) != "F32":
+            raise ValueError(f"{path}: tensor {name!r} is {f.shape(name)} {f.dtype(name)}, expected {want} F32")
+        param.set_value(read_shard(f, name, shard))

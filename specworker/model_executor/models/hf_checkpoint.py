@@ -24,11 +24,14 @@ from pathlib import Path
 import numpy as np
 import paddle
 
+from specworker.config import check_tensor_parallel
 from specworker.model_executor.layers.decoder_layer import skip_random_init
 from specworker.model_executor.models.hf_config import HFModelInfo, read_hf_config
 from specworker.model_executor.models.llama import LlamaArch, LlamaModel
 from specworker.model_executor.models.mtp import MTPDraft
 from specworker.model_executor.models.safetensors_io import SafetensorsFile
+from specworker.model_executor.models.tp_shards import Shard, heads_span, read_shard, vocab_shard
+from specworker.model_executor.parallel import SINGLE_RANK, TensorParallel
 
 __all__ = ["HFWeights", "load_hf_mtp", "load_hf_target"]
 
@@ -81,15 +84,15 @@ class HFWeights:
             raise ValueError(f"{path}: tensor {name!r} is listed in {INDEX_FILE} but not in this shard")
         return f
 
-    def read(self, name: str, shape: list[int]) -> np.ndarray:
-        """Tensor `name` as float32, checked to be `shape`."""
+    def read(self, name: str, shape: list[int], shard: Shard | None = None) -> np.ndarray:
+        """Tensor `name` as float32, checked to be `shape`; with a shard only that slice is read."""
         if name not in self.files:
             raise ValueError(f"{self.model_dir}: missing tensor {name!r} (expected {shape} by config.json)")
         f = self._file(name)
         if f.shape(name) != shape:
             raise ValueError(f"{f.path}: tensor {name!r} is {f.shape(name)}, but config.json implies {shape}")
         self.used.add(name)
-        return f.float32(name)
+        return f.float32(name) if shard is None else read_shard(f, name, shard)
 
     def check_all_used(self, extra_ok: Callable[[str], bool]) -> None:
         for name in sorted(self.files):
@@ -104,10 +107,23 @@ def _interleaved_to_half(w: np.ndarray, heads: int, head_dim: int) -> np.ndarray
     return w.reshape(heads, head_dim // 2, 2, *rest).swapaxes(1, 2).reshape(w.shape)
 
 
-def _layer_tensors(w: HFWeights, src: str, arch: LlamaArch, interleaved: bool) -> dict[str, np.ndarray]:
-    """Our DecoderLayer's parameters (names relative to the layer) from the HF tensors under `src`."""
+def _layer_tensors(w: HFWeights, src: str, arch: LlamaArch, interleaved: bool,
+                   tp: TensorParallel = SINGLE_RANK) -> dict[str, np.ndarray]:
+    """Our DecoderLayer's parameters (names relative to the layer) from the HF tensors under `src`; with
+    tp.size > 1 this rank's share: its heads' rows of q/k/v (columns of o), its intermediate rows of gate /
+    up (columns of down). A head's rows move together, so the interleaved-RoPE permutation commutes with it."""
     h, hd, i = arch.hidden_size, arch.head_dim, arch.intermediate_size
     q_rows, kv_rows = arch.num_heads * hd, arch.num_kv_heads * hd
+    heads, kv_heads = arch.num_heads // tp.size, arch.num_kv_heads // tp.size  # this rank's
+    # None (whole tensors) on one rank, so the single-rank path reads exactly as before
+    q_part, kv_part, i_part = (None, None, None) if tp.size == 1 else (
+        (heads_span(tp, arch.num_heads, hd),), (heads_span(tp, arch.num_kv_heads, hd),), (tp.part(i),))
+
+    def rows(n: int, part):  # this rank's rows (axis 0) of an [n, ...] tensor
+        return None if part is None else Shard(0, n, part)
+
+    def cols(n: int, part):  # this rank's columns (axis 1) of an [h, n] tensor
+        return None if part is None else Shard(1, n, part)
 
     def rot(x: np.ndarray, heads: int) -> np.ndarray:
         return _interleaved_to_half(x, heads, hd) if interleaved else x
@@ -116,25 +132,28 @@ def _layer_tensors(w: HFWeights, src: str, arch: LlamaArch, interleaved: bool) -
     out = {
         "input_norm.weight": w.read(f"{src}input_layernorm.weight", [h]),
         "post_attn_norm.weight": w.read(f"{src}post_attention_layernorm.weight", [h]),
-        "attn.qkv_proj": np.concatenate([rot(w.read(f"{a}q_proj.weight", [q_rows, h]), arch.num_heads).T,
-                                         rot(w.read(f"{a}k_proj.weight", [kv_rows, h]), arch.num_kv_heads).T,
-                                         w.read(f"{a}v_proj.weight", [kv_rows, h]).T], axis=1),
-        "attn.o_proj": w.read(f"{a}o_proj.weight", [h, q_rows]).T,
-        "mlp.gate_up_proj": np.concatenate([w.read(f"{m}gate_proj.weight", [i, h]).T,
-                                            w.read(f"{m}up_proj.weight", [i, h]).T], axis=1),
-        "mlp.down_proj": w.read(f"{m}down_proj.weight", [h, i]).T,
+        "attn.qkv_proj": np.concatenate(
+            [rot(w.read(f"{a}q_proj.weight", [q_rows, h], rows(q_rows, q_part)), heads).T,
+             rot(w.read(f"{a}k_proj.weight", [kv_rows, h], rows(kv_rows, kv_part)), kv_heads).T,
+             w.read(f"{a}v_proj.weight", [kv_rows, h], rows(kv_rows, kv_part)).T], axis=1),
+        "attn.o_proj": w.read(f"{a}o_proj.weight", [h, q_rows], cols(q_rows, q_part)).T,
+        "mlp.gate_up_proj": np.concatenate([w.read(f"{m}gate_proj.weight", [i, h], rows(i, i_part)).T,
+                                            w.read(f"{m}up_proj.weight", [i, h], rows(i, i_part)).T], axis=1),
+        "mlp.down_proj": w.read(f"{m}down_proj.weight", [h, i], cols(i, i_part)).T,
     }
     if arch.qkv_bias:
-        out["attn.qkv_bias"] = np.concatenate([rot(w.read(f"{a}q_proj.bias", [q_rows]), arch.num_heads),
-                                               rot(w.read(f"{a}k_proj.bias", [kv_rows]), arch.num_kv_heads),
-                                               w.read(f"{a}v_proj.bias", [kv_rows])])
+        out["attn.qkv_bias"] = np.concatenate([rot(w.read(f"{a}q_proj.bias", [q_rows], rows(q_rows, q_part)), heads),
+                                               rot(w.read(f"{a}k_proj.bias", [kv_rows], rows(kv_rows, kv_part)),
+                                                   kv_heads),
+                                               w.read(f"{a}v_proj.bias", [kv_rows], rows(kv_rows, kv_part))])
     if arch.o_bias:
         out["attn.o_bias"] = w.read(f"{a}o_proj.bias", [h])
     if arch.qk_norm:
         out["attn.q_norm.weight"] = w.read(f"{a}q_norm.weight", [hd])
         out["attn.k_norm.weight"] = w.read(f"{a}k_norm.weight", [hd])
     if arch.mlp_bias:
-        out["mlp.gate_up_bias"] = np.concatenate([w.read(f"{m}gate_proj.bias", [i]), w.read(f"{m}up_proj.bias", [i])])
+        out["mlp.gate_up_bias"] = np.concatenate([w.read(f"{m}gate_proj.bias", [i], rows(i, i_part)),
+                                                  w.read(f"{m}up_proj.bias", [i], rows(i, i_part))])
         out["mlp.down_bias"] = w.read(f"{m}down_proj.bias", [h])
     return out
 
@@ -160,22 +179,26 @@ def _is_mtp_tensor(name: str, arch: LlamaArch) -> bool:
 
 
 def load_hf_target(model_dir: str | Path, place=None, *, info: HFModelInfo | None = None,
-                   linear_weight_dtype: str = "float32") -> LlamaModel:
+                   linear_weight_dtype: str = "float32", tp: TensorParallel = SINGLE_RANK) -> LlamaModel:
     """The target of a Hugging Face checkpoint directory on `place` (default CPU), float32 compute, its linear
-    weights packed for inference in linear_weight_dtype (LlamaModel.pack_weights).
+    weights packed for inference in linear_weight_dtype (LlamaModel.pack_weights); with tp.size > 1 this
+    rank's shard, only its slices read.
 
     Raises FileNotFoundError (config, weights or a shard missing) or ValueError (unsupported config,
     a tensor missing, unexpected or of the wrong shape, an unreadable or truncated file), naming the file.
     """
     info = info or read_hf_config(model_dir)
     arch, weights = info.arch, HFWeights(Path(model_dir))
+    check_tensor_parallel(tp.size, num_heads=arch.num_heads, num_kv_heads=arch.num_kv_heads,
+                          intermediate_size=arch.intermediate_size, where=str(Path(model_dir) / "config.json"))
     with skip_random_init():
-        model = LlamaModel(arch)
+        model = LlamaModel(arch, tp)
     h, v = arch.hidden_size, arch.vocab_size
     for n, layer in enumerate(model.layers):
-        _fill(layer, _layer_tensors(weights, f"model.layers.{n}.", arch, info.rope_interleaved), f"layer {n}")
-    embed = weights.read("model.embed_tokens.weight", [v, h])
-    head = embed if arch.tie_word_embeddings else weights.read("lm_head.weight", [v, h])
+        _fill(layer, _layer_tensors(weights, f"model.layers.{n}.", arch, info.rope_interleaved, tp), f"layer {n}")
+    vocab = None if tp.size == 1 else vocab_shard(tp, v, 0)  # this rank's rows of [V, H], zero-padded
+    embed = weights.read("model.embed_tokens.weight", [v, h], vocab)
+    head = embed if arch.tie_word_embeddings else weights.read("lm_head.weight", [v, h], vocab)
     rest = {"embed_tokens": embed, "norm.weight": weights.read("model.norm.weight", [h]),
             "lm_head": np.ascontiguousarray(head.T)}
     del head
@@ -218,7 +241,7 @@ def load_hf_mtp(model_dir: str | Path, target: LlamaModel, place=None, *,
                          f"model.mtp_linear_proj.0.weight and DeepSeek-V3's {deepseek}eh_proj.weight)")
     with skip_random_init():
         draft = MTPDraft(target, hidden_after_norm=True, own_final_norm=own_norm)
-    for name, value in _layer_tensors(weights, src, arch, info.rope_interleaved).items():
+    for name, value in _layer_tensors(weights, src, arch, info.rope_interleaved, target.tp).items():
         values[f"layer.{name}"] = value
     _fill(draft, values, f"{model_dir} MTP layer")
     draft.eval()

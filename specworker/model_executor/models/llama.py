@@ -2,7 +2,8 @@
 
 Inference path (the engine's step, batch invariant, no host sync): forward over packed tokens with a
 paged KV cache, compute_logits over gathered rows. Training path (autograd): forward_train, logits_train.
-Weights are stored [in, out]; loading and saving live in checkpoint.py.
+Weights are stored [in, out]; loading and saving live in checkpoint.py. Under tensor parallelism
+(docs/tensor_parallel.md) the embedding and the lm_head are vocab-parallel and the layers split their heads.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from specworker.model_executor.layers.packed_weights import PackedWeights
 from specworker.model_executor.layers.rms_norm import RMSNorm
 from specworker.model_executor.layers.rotary import RopeScaling, RotaryEmbedding
 from specworker.model_executor.models.kv_cache import KVCache
+from specworker.model_executor.parallel import SINGLE_RANK, TensorParallel
 
 MAX_POSITION = 8192  # rows of the RoPE table; later positions reuse the last row (clamped)
 
@@ -55,8 +57,8 @@ class LlamaArch:
         if self.head_dim == 0:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
 
-    def layer_kwargs(self) -> dict:
-        return dict(hidden_size=self.hidden_size, num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
+    def layer_kwargs(self, tp: TensorParallel = SINGLE_RANK) -> dict:
+        return dict(tp=tp, hidden_size=self.hidden_size, num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
                     intermediate_size=self.intermediate_size, rms_norm_eps=self.rms_norm_eps, head_dim=self.head_dim,
                     qkv_bias=self.qkv_bias, o_bias=self.o_bias, mlp_bias=self.mlp_bias, qk_norm=self.qk_norm)
 
@@ -84,19 +86,25 @@ def token_positions(meta: ForwardMeta, token_num: int) -> paddle.Tensor:
 
 
 class LlamaModel(PackedWeights, paddle.nn.Layer):
-    """Llama-family target: embed -> num_layers x DecoderLayer -> norm -> lm_head, float32 compute."""
+    """Llama-family target: embed -> num_layers x DecoderLayer -> norm -> lm_head, float32 compute.
+
+    With tp.size > 1 this rank holds vocabulary rows tp.vocab_part(V) of embed_tokens and the same columns
+    of lm_head, each padded to tp.vocab_share(V) (zeros), and its heads' share of every layer.
+    """
 
     PACKED = ("lm_head",)
 
-    def __init__(self, arch: LlamaArch):
+    def __init__(self, arch: LlamaArch, tp: TensorParallel = SINGLE_RANK):
         super().__init__()
-        self.arch = arch
+        self.arch, self.tp = arch, tp
         out_std = INIT_STD / math.sqrt(2 * arch.num_layers)
-        self.embed_tokens = make_weight(self, [arch.vocab_size, arch.hidden_size])
+        vocab_rows = tp.vocab_share(arch.vocab_size)  # V when tp.size == 1
+        self.vocab_start = tp.vocab_part(arch.vocab_size)[0]
+        self.embed_tokens = make_weight(self, [vocab_rows, arch.hidden_size])
         self.layers = paddle.nn.LayerList(
-            [DecoderLayer(**arch.layer_kwargs(), out_std=out_std) for _ in range(arch.num_layers)])
+            [DecoderLayer(**arch.layer_kwargs(tp), out_std=out_std) for _ in range(arch.num_layers)])
         self.norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
-        self.lm_head = make_weight(self, [arch.hidden_size, arch.vocab_size])
+        self.lm_head = make_weight(self, [arch.hidden_size, vocab_rows])
         self.rotary = RotaryEmbedding(arch.head_dim, arch.rope_theta, arch.max_position, arch.rope_scaling)
 
     def to_place(self, place) -> LlamaModel:
@@ -113,14 +121,22 @@ class LlamaModel(PackedWeights, paddle.nn.Layer):
             layer.pack_weights(dtype)
 
     def new_kv_cache(self, num_blocks: int, block_size: int, place=None) -> KVCache:
-        """A zeroed KVCache shaped for this model."""
+        """A zeroed KVCache shaped for this model (this rank's KV heads)."""
         a = self.arch
-        return KVCache(a.num_layers, num_blocks, a.num_kv_heads, block_size, a.head_dim, "float32", place)
+        return KVCache(a.num_layers, num_blocks, a.num_kv_heads // self.tp.size, block_size, a.head_dim, "float32",
+                       place)
 
     def embed(self, ids: paddle.Tensor) -> paddle.Tensor:
         """Embedding rows of ids (any int shape; -1 and other out-of-range ids clamped). Returns [*ids, H]."""
         flat = paddle.clip(ids.reshape([-1]), 0, self.arch.vocab_size - 1)
-        return paddle.gather(self.embed_tokens, flat).reshape(list(ids.shape) + [self.arch.hidden_size])
+        if self.tp.size == 1:
+            rows = paddle.gather(self.embed_tokens, flat)
+        else:  # vocab-parallel: the owning rank contributes the row, the others zeros (an exact sum)
+            local = flat - self.vocab_start
+            mine = paddle.logical_and(local >= 0, local < self.embed_tokens.shape[0]).unsqueeze(-1)
+            rows = paddle.gather(self.embed_tokens, paddle.clip(local, 0, self.embed_tokens.shape[0] - 1))
+            rows = self.tp.reduce_sum(paddle.where(mine, rows, paddle.zeros_like(rows)))
+        return rows.reshape(list(ids.shape) + [self.arch.hidden_size])
 
     @paddle.no_grad()
     def forward(self, ids_remove_padding: paddle.Tensor, meta: ForwardMeta, kv_cache: KVCache,
@@ -146,10 +162,17 @@ class LlamaModel(PackedWeights, paddle.nn.Layer):
     @paddle.no_grad()
     def compute_logits(self, rows: paddle.Tensor) -> paddle.Tensor:
         """lm_head(norm(rows)). Args: rows [R, H] float32. Returns [R, V] float32."""
-        return ops.batch_invariant_linear(self.norm(rows), self.linear_weight("lm_head"))
+        return self.lm_head_logits(self.norm(rows))
+
+    def lm_head_logits(self, normed: paddle.Tensor) -> paddle.Tensor:
+        """lm_head(normed) over the whole vocabulary, the same bits on every rank (each rank's columns are
+        all-gathered). Args: normed [R, H] float32. Returns [R, V] float32."""
+        return self.tp.gather_vocab(ops.batch_invariant_linear(normed, self.linear_weight("lm_head")),
+                                    self.arch.vocab_size)
 
     def forward_train(self, ids: paddle.Tensor) -> paddle.Tensor:
         """Training path over whole sequences from position 0. Args: ids [B, L] int64. Returns [B, L, H]."""
+        check_single_rank(self.tp, "LlamaModel.forward_train")
         length = ids.shape[1]
         x = self.embed(ids)
         cos, sin = self.rotary.cos[:length], self.rotary.sin[:length]
@@ -160,3 +183,9 @@ class LlamaModel(PackedWeights, paddle.nn.Layer):
     def logits_train(self, hidden: paddle.Tensor) -> paddle.Tensor:
         """lm_head(norm(hidden)) with autograd. Args: hidden [..., H]. Returns [..., V]."""
         return paddle.matmul(self.norm.forward_train(hidden), self.lm_head)
+
+
+def check_single_rank(tp: TensorParallel, where: str) -> None:
+    """The training paths have no collectives: refuse a sharded model."""
+    if tp.size != 1:
+        raise ValueError(f"{where}: tensor_parallel_size = {tp.size}; allowed: 1 (the training path is single-rank)")

@@ -19,11 +19,13 @@ from specworker.model_executor.layers.decoder_layer import DecoderLayer, make_we
 from specworker.model_executor.layers.packed_weights import PackedWeights
 from specworker.model_executor.layers.rms_norm import RMSNorm
 from specworker.model_executor.models.kv_cache import KVCache
-from specworker.model_executor.models.llama import LlamaModel, token_positions
+from specworker.model_executor.models.llama import LlamaModel, check_single_rank, token_positions
 
 
 class MTPDraft(PackedWeights, paddle.nn.Layer):
-    """One-layer draft on top of a LlamaModel target; its own KV cache has one layer."""
+    """One-layer draft on top of a LlamaModel target; its own KV cache has one layer. Sharded as its target
+    (target.tp): the layer splits its heads like the target's; eh_proj is replicated (vLLM's DeepSeek MTP keeps
+    it a replicated linear too), so every rank computes the same fused input."""
 
     PACKED = ("eh_proj",)
 
@@ -40,7 +42,7 @@ class MTPDraft(PackedWeights, paddle.nn.Layer):
         self.enorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
         self.hnorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
         self.eh_proj = make_weight(self, [2 * arch.hidden_size, arch.hidden_size])
-        self.layer = DecoderLayer(**arch.layer_kwargs())
+        self.layer = DecoderLayer(**arch.layer_kwargs(target.tp))
         self.final_norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps) if own_final_norm else None
 
     def pack_weights(self, dtype: str = "float32") -> None:
@@ -59,9 +61,9 @@ class MTPDraft(PackedWeights, paddle.nn.Layer):
         return (self.target.norm if from_target else self._output_norm())(hidden)
 
     def new_kv_cache(self, num_blocks: int, block_size: int, place=None) -> KVCache:
-        """A zeroed one-layer KVCache shaped for this draft."""
+        """A zeroed one-layer KVCache shaped for this draft (this rank's KV heads)."""
         a = self.target.arch
-        return KVCache(1, num_blocks, a.num_kv_heads, block_size, a.head_dim, "float32", place)
+        return KVCache(1, num_blocks, a.num_kv_heads // self.target.tp.size, block_size, a.head_dim, "float32", place)
 
     @paddle.no_grad()
     def forward(self, ids: paddle.Tensor, prev_hidden: paddle.Tensor, meta: ForwardMeta, kv_cache: KVCache,
@@ -88,13 +90,14 @@ class MTPDraft(PackedWeights, paddle.nn.Layer):
         """The target's lm_head(norm(rows)) (the draft's own norm when it has one). rows [R, H] -> [R, V]."""
         if self.final_norm is None:
             return self.target.compute_logits(rows)
-        return ops.batch_invariant_linear(self.final_norm(rows), self.target.linear_weight("lm_head"))
+        return self.target.lm_head_logits(self.final_norm(rows))
 
     def forward_train(self, ids: paddle.Tensor, target_hidden: paddle.Tensor) -> paddle.Tensor:
         """Training path. Args: ids [B, L] int64 (token_{i+1} at column i); target_hidden [B, L, H] (h_i).
 
         Returns [B, L, H]; logits via target.logits_train predict token_{i+2}.
         """
+        check_single_rank(self.target.tp, "MTPDraft.forward_train")
         length = ids.shape[1]
         fused = paddle.concat([self.enorm.forward_train(self.target.embed(ids)),
                                self.hnorm.forward_train(target_hidden)], axis=-1)
@@ -121,6 +124,7 @@ class MTPDraft(PackedWeights, paddle.nn.Layer):
         """
         if num_substeps < 1:
             raise ValueError(f"forward_train_unrolled: num_substeps = {num_substeps}; allowed: >= 1")
+        check_single_rank(self.target.tp, "MTPDraft.forward_train_unrolled")
         length = ids.shape[1]
         cos, sin = self.target.rotary.cos[:length], self.target.rotary.sin[:length]
         embedded = self.enorm.forward_train(self.target.embed(ids))  # [B, L, H], shared by all substeps

@@ -80,18 +80,47 @@ class SafetensorsFile:
     def dtype(self, name: str) -> str:
         return self._entries[name][0]
 
-    def float32(self, name: str) -> np.ndarray:
-        """Tensor `name` as a new float32 array (bf16 / f16 widened exactly)."""
+    def float32_slice(self, name: str, axis: int, start: int, stop: int) -> np.ndarray:
+        """Tensor `name`'s entries start..stop - 1 along `axis` (0 or 1) as a new float32 array, reading only
+        that slice's bytes (axis 0: one contiguous read; axis 1 of a 2-D tensor: a strided copy from a read-only
+        map). Tensor-parallel loading reads each rank's share this way."""
         dtype, shape, begin, end = self._entries[name]
+        self._check_float(name, dtype)
+        if axis not in (0, 1) or axis >= len(shape) or not 0 <= start <= stop <= shape[axis]:
+            raise ValueError(f"{self.path}: tensor {name!r} {shape}: no slice {start}:{stop} along axis {axis}")
+        item = np.dtype(_DTYPES[dtype])
+        if axis == 0:
+            row = int(np.prod(shape[1:], dtype=np.int64))
+            with open(self.path, "rb") as f:
+                f.seek(self._data_start + begin + start * row * item.itemsize)
+                raw = np.fromfile(f, dtype=item, count=(stop - start) * row).reshape([stop - start] + shape[1:])
+            if raw.shape[0] != stop - start:
+                raise ValueError(f"{self.path}: truncated while reading tensor {name!r}")
+        else:
+            mapped = np.memmap(self.path, dtype=item, mode="r", offset=self._data_start + begin, shape=tuple(shape))
+            raw = np.array(mapped[:, start:stop])
+            del mapped
+        return _widen(dtype, raw)
+
+    def _check_float(self, name: str, dtype: str) -> None:
         if dtype not in FLOAT_DTYPES:
             raise ValueError(f"{self.path}: tensor {name!r} has dtype {dtype}; allowed for weights: "
                              + ", ".join(FLOAT_DTYPES))
+
+    def float32(self, name: str) -> np.ndarray:
+        """Tensor `name` as a new float32 array (bf16 / f16 widened exactly)."""
+        dtype, shape, begin, end = self._entries[name]
+        self._check_float(name, dtype)
         count = (end - begin) // np.dtype(_DTYPES[dtype]).itemsize
         with open(self.path, "rb") as f:  # a plain read: no mapping keeps the file's pages resident
             f.seek(self._data_start + begin)
             raw = np.fromfile(f, dtype=_DTYPES[dtype], count=count).reshape(shape)
         if raw.size != count:
             raise ValueError(f"{self.path}: truncated while reading tensor {name!r}")
-        if dtype == "BF16":
-            return bf16_bits_to_float32(raw)
-        return raw if dtype == "F32" else raw.astype(np.float32)
+        return _widen(dtype, raw)
+
+
+def _widen(dtype: str, raw: np.ndarray) -> np.ndarray:
+    if dtype == "BF16":
+        return bf16_bits_to_float32(raw)
+    return raw if dtype == "F32" else raw.astype(np.float32)
