@@ -10,8 +10,6 @@ were accepted, and the *conditional acceptance* a_j is P(draft j accepted | reac
 from __future__ import annotations
 
 import dataclasses
-import statistics
-
 import numpy as np
 
 from specworker.config import SpeculativeConfig
@@ -25,7 +23,7 @@ from specworker.slot_request import SlotRequest
 DRAFT_COUNT_INVARIANT_STRATEGIES = ("greedy", "target_match")
 
 __all__ = ["DRAFT_COUNT_INVARIANT_STRATEGIES", "AdaptivePolicy", "FixedPolicy", "PolicyStep", "SchedulePolicy",
-           "SpeculationPolicy", "StepCost", "StepCostTable", "batch_bucket", "build_policy", "expected_tokens"]
+           "SpeculationPolicy", "StepCost", "StepCostModel", "build_policy", "expected_tokens"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,41 +124,68 @@ class SchedulePolicy(SpeculationPolicy):
         return self.spec.schedule_k(int(step.live.sum()))
 
 
-def batch_bucket(num_slots: int) -> int:
-    """Cost-table key of a batch size: B itself up to 4, then quarter octaves (round(4 log2 B)): 1..4 -> 1..4,
-    5 -> 9, 8 -> 12, 16 -> 16, 32 -> 20, 64 -> 24."""
-    return num_slots if num_slots <= 4 else int(round(4 * np.log2(num_slots)))
+class StepCostModel:
+    """Wall seconds of a decode step whose batch drafted with K, as a function of the batch size B: for each K, a
+    local linear fit in B over that K's recent steady observations (a step whose K equals the previous step's:
+    the cycle then holds K's substeps and K's verify tokens), each weighted by how near its batch size is,
+    exp(-ln(B_i / B)^2 / (2 bandwidth^2)). So a batch size not seen yet is predicted from its neighbours (requests
+    finishing one by one walk B through every value), K needs no parametric form (a step's cost is not linear in
+    K), and the per-step load noise of a shared machine averages over many observations instead of a few.
+    The last `window` observations of each K are kept, so a K that only exploration visits keeps its evidence
+    however long ago it was seen. Robust: observations farther from their K's weighted median than `outlier` x
+    the median distance (load spikes, a step that waited on something else) are left out of the fit.
+    The same for V, the verify part of the step (pre_process, target forward, sampling / verify).
+    """
+
+    def __init__(self, *, window: int = 12, outlier: float = 4.0, bandwidth: float = 0.35, refit_every: int = 4):
+        self.window, self.outlier, self.bandwidth, self.refit_every = window, outlier, bandwidth, refit_every
+        self.samples: dict[int, list[tuple[float, float, float]]] = {}  # K -> [(B, seconds, verify seconds)]
+        self.count: dict[int, int] = {}
+        self._cached: tuple[int, int, np.ndarray, np.ndarray] | None = None  # (B, k_max, T, V)
+        self._unfitted = 0  # observations since the cached fit
+
+    def add(self, k: int, cost: StepCost) -> None:
+        self.samples[k] = (self.samples.get(k, []) + [(cost.num_slots, cost.seconds, cost.verify_seconds)])[
+            -self.window:]
+        self.count[k] = self.count.get(k, 0) + 1
+        self._unfitted += 1
+
+    def predict(self, num_slots: int, k_max: int) -> tuple[np.ndarray, np.ndarray]:
+        """([k_max + 1] T, [k_max + 1] V) seconds at batch size num_slots; every K needs an observation. Cached
+        until B changes or `refit_every` observations arrived (a fit is ~0.3 ms of numpy; costs drift slowly)."""
+        c = self._cached
+        if c is None or c[:2] != (num_slots, k_max) or self._unfitted >= self.refit_every:
+            fits = np.array([self._local_fit(np.array(self.samples[k], dtype=np.float64), num_slots)
+                             for k in range(k_max + 1)])
+            self._cached = c = (num_slots, k_max, np.maximum(fits[:, 0], 1e-6), np.maximum(fits[:, 1], 0.0))
+            self._unfitted = 0
+        return c[2], c[3]
+
+    def _local_fit(self, rows: np.ndarray, num_slots: int) -> tuple[float, float]:
+        """(T, V) at num_slots from one K's rows [(B, T, V)]: weighted least squares of y = a + b ln(B_i / B)."""
+        u = np.log(rows[:, 0] / num_slots)
+        weight = np.exp(-0.5 * (u / self.bandwidth) ** 2) + 1e-6  # far rows still count a little (a level)
+        x = np.stack([np.ones_like(u), u], axis=1)
+        return tuple(self._robust_fit(x, rows[:, col], weight)[0] for col in (1, 2))
+
+    def _robust_fit(self, x: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
+        """Outliers are judged against the weighted median (a least-squares start would be pulled by them): rows
+        whose distance from it exceeds `outlier` x the median distance are dropped, then least squares."""
+        order = np.argsort(y)
+        cumulative = np.cumsum(weight[order])
+        center = y[order][np.searchsorted(cumulative, 0.5 * cumulative[-1])]
+        residual = np.abs(y - center)
+        # a distance within 2% of a typical step is never an outlier (exact data differs by rounding only)
+        keep = residual <= max(self.outlier * float(np.median(residual)), 0.02 * center)
+        return _weighted_lstsq(x[keep], y[keep], weight[keep])
 
 
-NEAR_BUCKETS = (0, -1, 1, -2, 2, -3, 3, -4, 4)  # bucket offsets within an octave, nearest first
-
-
-class StepCostTable:
-    """Wall seconds of a decode step per (batch bucket, K): the median of the last `window` observations (robust
-    to the load spikes of a shared machine)."""
-
-    def __init__(self, *, window: int = 9):
-        self.window = window
-        self.samples: dict[tuple[int, int], list[float]] = {}
-        self.median: dict[tuple[int, int], float] = {}  # of samples, kept current by add
-        self.count: dict[tuple[int, int], int] = {}
-
-    def add(self, bucket: int, k: int, seconds: float) -> None:
-        key = (bucket, k)
-        self.samples[key] = (self.samples.get(key, []) + [float(seconds)])[-self.window:]
-        self.median[key] = statistics.median(self.samples[key])
-        self.count[key] = self.count.get(key, 0) + 1
-
-    def seconds(self, bucket: int, k: int) -> float:
-        return self.median[(bucket, k)]
-
-    def row(self, bucket: int, k_max: int, need: int) -> np.ndarray | None:
-        """[k_max + 1] seconds for K = 0..k_max at `bucket`, from the nearest bucket within an octave whose every K
-        has >= need observations (None: none has). Choices compare K at one bucket, so a near bucket's row serves."""
-        for b in (bucket + d for d in NEAR_BUCKETS):
-            if all(self.count.get((b, k), 0) >= need for k in range(k_max + 1)):
-                return np.array([self.median[(b, k)] for k in range(k_max + 1)])
-        return None
+def _weighted_lstsq(x: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """Weighted least squares by the normal equations with a small ridge on the slope (rows at one batch size
+    leave it undetermined: the fit is then their weighted mean)."""
+    gram = (x * weight[:, None]).T @ x
+    ridge = np.diag([0.0] + [1e-6 * (gram[0, 0] + 1e-12)] * (x.shape[1] - 1))
+    return np.linalg.solve(gram + ridge + 1e-12 * np.eye(x.shape[1]), (x * weight[:, None]).T @ y)
 
 
 class AdaptivePolicy(SpeculationPolicy):
@@ -168,10 +193,11 @@ class AdaptivePolicy(SpeculationPolicy):
 
     Acceptance: per slot and position, a_bj = (s_bj + m * p_j) / (n_bj + m): s, n the slot's decayed successes and
     reaches (decay `decay` per step), p_j the worker's Laplace-smoothed totals, m = `prior_weight`.
-    Cost: T(B, K), the measured wall seconds of a decode step whose batch drafted with K (StepCostTable), kept
-    only for steps whose K equals the previous step's (the cycle then holds K's substeps and K's verify tokens).
-    Exploration: a batch bucket without `need` observations of every K holds the least observed K for `hold`
-    steps (so K = 0..k_max take turns and load drift hits them all); afterwards a neighbour of the current K
+    Cost: T(B, K) and its verify part V from StepCostModel: per K, a local linear fit in B of the measured wall
+    seconds of recent steady decode steps.
+    Exploration: until every K has `need` observations of a step whose K equals the previous step's, the least
+    observed K is held for `hold` steps (so K = 0..k_max take turns and load drift hits them all); afterwards a
+    neighbour of the current K
     (alternately above and below) is held for `hold` steps every `explore_every` decode steps, an interval that
     doubles (up to `explore_max`) each time the exploration leaves the choice as it was and returns to
     `explore_every` when the choice changes. The chosen K changes only when another K's rate beats it by more than
@@ -179,8 +205,8 @@ class AdaptivePolicy(SpeculationPolicy):
     """
 
     def __init__(self, num_slots: int, k_max: int, *, has_substeps: bool, pin_sampled: bool = False,
-                 prior_weight: float = 4.0, decay: float = 0.85, need: int = 3, hold: int = 2,
-                 explore_every: int = 32, explore_max: int = 256, switch_margin: float = 0.03):
+                 prior_weight: float = 6.0, decay: float = 0.92, need: int = 3, hold: int = 2,
+                 explore_every: int = 32, explore_max: int = 256, switch_margin: float = 0.02):
         super().__init__(num_slots, k_max, pin_sampled=pin_sampled)
         self.has_substeps = has_substeps
         self.prior_weight, self.decay = prior_weight, decay
@@ -195,8 +221,7 @@ class AdaptivePolicy(SpeculationPolicy):
         self.reaches = np.zeros((num_slots, k_max))  # [N, K] decayed times position j was reached
         self.total_successes = np.zeros(k_max)  # [K] worker totals (the prior)
         self.total_reaches = np.zeros(k_max)
-        self.costs = StepCostTable()
-        self.verify_costs = StepCostTable()  # the verify part alone: what one more draft token costs
+        self.costs = StepCostModel()
         self.recent_k: list[int] = []  # the batch K of the last two choices, newest last
         self.held: tuple[int, int] | None = None  # (K, steps left) of an exploration hold
         self.num_choices = 0  # decode steps chosen for
@@ -228,7 +253,8 @@ class AdaptivePolicy(SpeculationPolicy):
 
     # ---- estimates ----
     def observe(self, step: PolicyStep) -> None:
-        """Acceptance counts from this step's verify results; the previous step's seconds into the cost table."""
+        """Acceptance counts from this step's verify results; the previous step's seconds into the cost model when
+        its cycle held one K (its verified drafts and its substeps chosen alike)."""
         k = self.k_max
         drafted = np.minimum(step.drafted, k)[:, None]  # [N, 1]
         accepted = np.maximum(step.emitted - 1, 0)[:, None]  # [N, 1]
@@ -241,9 +267,7 @@ class AdaptivePolicy(SpeculationPolicy):
         self.successes = self.decay * self.successes + hit
         steady = len(self.recent_k) == 2 and self.recent_k[0] == self.recent_k[1]
         if step.cost is not None and steady and step.cost.num_slots > 0:
-            bucket = batch_bucket(step.cost.num_slots)
-            self.costs.add(bucket, self.recent_k[1], step.cost.seconds)
-            self.verify_costs.add(bucket, self.recent_k[1], step.cost.verify_seconds)
+            self.costs.add(self.recent_k[1], step.cost)
 
     def acceptance(self) -> np.ndarray:
         """[N, K] conditional acceptance per slot and position (prior-weighted EMA)."""
@@ -264,24 +288,27 @@ class AdaptivePolicy(SpeculationPolicy):
         if not live.any():
             return self.cap
         self.num_choices += 1
-        bucket = batch_bucket(int(step.live.sum()))
-        seconds = self.costs.row(bucket, self.k_max, self.need)
-        verify = self.verify_costs.row(bucket, self.k_max, self.need)
+        ready = all(self.costs.count.get(k, 0) >= self.need for k in range(self.k_max + 1))
         if self.held is None:
-            self.held = self._exploration(bucket, seconds)
+            self.held = self._exploration(ready)
         if self.held is not None:
             k, left = self.held
             self.held = (k, left - 1) if left > 1 else None
             self.last_k = k
             return np.full_like(self.cap, k)
+        seconds, verify = self.predicted_costs(live)
         best, k_b = self.best_k(live, seconds, verify)
         self.last_k = best
         return k_b
 
-    def _exploration(self, bucket: int, seconds: np.ndarray | None) -> tuple[int, int] | None:
+    def predicted_costs(self, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """([K + 1] T, [K + 1] V) seconds of next step for K = 0..k_max at B = the live slots."""
+        return self.costs.predict(int(live.sum()), self.k_max)
+
+    def _exploration(self, ready: bool) -> tuple[int, int] | None:
         """(K, hold) to explore now, or None."""
-        if seconds is None:  # the K with the fewest observations at this bucket, smallest first
-            counts = [self.costs.count.get((bucket, k), 0) for k in range(self.k_max + 1)]
+        if not ready:  # the K with the fewest steady observations, smallest first
+            counts = [self.costs.count.get(k, 0) for k in range(self.k_max + 1)]
             return int(np.argmin(counts)), self.hold
         if self.num_choices - self.last_explored >= self.explore_interval:  # a neighbour, alternately above and below
             self.last_explored, self.explored = self.num_choices, True

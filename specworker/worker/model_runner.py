@@ -189,8 +189,10 @@ class ModelRunner:
         self._prefill_slots.clear()
         fed = host.seq_lens_this_time
         verify = sum(timer.seconds[p] for p in ("pre_process", "target_forward", "sampling_verify"))
+        # A step after which no slot decodes is the last of a burst: the time to the next step is idle, not cost.
         shape = StepCost(num_slots=int((fed > 0).sum()), num_drafts=int(np.maximum(fed - 1, 0).sum()),
-                         num_substeps=out.num_substeps, seconds=0.0, verify_seconds=verify) if pure_decode else None
+                         num_substeps=out.num_substeps, seconds=0.0,
+                         verify_seconds=verify) if pure_decode and live.any() else None
         self._last_step = (start, shape)
         return dataclasses.replace(host, seconds=timer.seconds, draft_lens=np.where(live, draft_lens, -1))
 

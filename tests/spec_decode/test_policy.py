@@ -7,7 +7,7 @@ import pytest
 from specworker.config import SpeculativeConfig
 from specworker.slot_request import SlotRequest
 from specworker.spec_decode.policy import (AdaptivePolicy, FixedPolicy, PolicyStep, SchedulePolicy, StepCost,
-                                           StepCostTable, batch_bucket, build_policy, expected_tokens)
+                                           StepCostModel, build_policy, expected_tokens)
 
 
 def _step(live, drafted=None, emitted=None, cost=None):
@@ -98,36 +98,55 @@ def test_adaptive_learns_acceptance_per_slot_with_a_prior():
     assert a[1, 1] == pytest.approx(11 / 12)
 
 
-def test_batch_bucket_literals():
-    assert [batch_bucket(b) for b in (1, 2, 4, 5, 8, 16, 19, 32, 64)] == [1, 2, 4, 9, 12, 16, 17, 20, 24]
+def _cost(slots, drafts, substeps, seconds, verify=0.0):
+    return StepCost(num_slots=slots, num_drafts=drafts, num_substeps=substeps, seconds=seconds, verify_seconds=verify)
 
 
-def test_step_cost_table_takes_medians_and_borrows_a_near_bucket():
-    table = StepCostTable(window=3)
-    for k, seconds in ((0, 1.0), (0, 3.0), (0, 100.0), (1, 4.0), (1, 4.0)):  # 100: a load spike
-        table.add(16, k, seconds)
-    assert table.seconds(16, 0) == 3.0  # median of the last three
-    table.add(16, 0, 2.0)  # the window drops the first sample: median of 3, 100, 2
-    assert table.seconds(16, 0) == 3.0 and table.count[(16, 0)] == 4
-    np.testing.assert_allclose(table.row(17, 1, need=2), [3.0, 4.0])  # bucket 17 borrows 16
-    np.testing.assert_allclose(table.row(20, 1, need=2), [3.0, 4.0])  # 20 is one octave away
-    assert table.row(21, 1, need=2) is None  # more than an octave away
-    assert table.row(16, 2, need=2) is None  # K = 2 never measured
+def test_step_cost_model_predicts_unseen_batch_sizes_from_near_ones():
+    """Per K a local linear fit in ln B: costs observed at batch 8 and 32 (linear in ln B: 1 ms + 2 ms per doubling,
+    plus 3 ms per K) give batch 16 between them exactly; K is free-form (K = 2 costs what it costs)."""
+    model = StepCostModel()
+
+    def true(b, k):
+        return 1e-3 + 2e-3 * np.log2(b) + 3e-3 * k + (5e-3 if k == 2 else 0.0)
+
+    for b in (8, 32):
+        for k in range(3):
+            for _ in range(3):
+                model.add(k, _cost(b, b * k, k, true(b, k), 0.5 * true(b, k)))
+    seconds, verify = model.predict(16, 2)
+    np.testing.assert_allclose(seconds, [true(16, k) for k in range(3)], rtol=1e-4)
+    np.testing.assert_allclose(verify, [0.5 * true(16, k) for k in range(3)], rtol=1e-4)
+    at_8, _ = model.predict(8, 2)  # near rows weigh most: batch 8 is predicted from batch 8
+    np.testing.assert_allclose(at_8, [true(8, k) for k in range(3)], rtol=1e-3)
 
 
-def test_adaptive_explores_each_k_for_a_hold_then_uses_the_table():
-    """K = 0 and K = 1 take turns, each held for 2 steps (the first step of a hold is not steady, so only the
-    second is recorded), until both have `need` = 2 observations; then the table decides: every draft is accepted
-    (E(1) ~ 1.9 with the prior) and a K = 1 step costs 1.5x a K = 0 step, so K = 1 wins (~127 against 100
-    tokens/s)."""
+def test_step_cost_model_drops_load_spikes_and_keeps_the_window_per_k():
+    model = StepCostModel(window=12)
+    rng = np.random.default_rng(0)
+    for k in range(3):
+        for _ in range(8):
+            model.add(k, _cost(16, 16 * k, k, 1e-3 * (17 + k) * (1 + 0.01 * rng.standard_normal())))
+    model.add(0, _cost(16, 0, 0, 1.0))  # a 60x load spike (a step that waited on something else)
+    model.add(0, _cost(16, 0, 0, 0.05))  # a 3x one
+    seconds, _ = model.predict(16, 2)
+    np.testing.assert_allclose(seconds, [0.017, 0.018, 0.019], rtol=0.02)  # the spikes do not move the fit
+    for _ in range(30):
+        model.add(1, _cost(16, 16, 1, 6e-3))
+    assert len(model.samples[1]) == 12 and len(model.samples[2]) == 8  # K = 2 keeps its evidence
+
+
+def test_adaptive_explores_each_k_for_a_hold_then_uses_the_model():
+    """K = 0 and K = 1 take turns, each held for 2 steps, until both have `need` = 2 steady observations (a step
+    whose K equals the previous one's); then the cost model decides: every draft is accepted (E(1) ~ 1.9 with the
+    prior) and a K = 1 step costs 1.5x a K = 0 step, so K = 1 wins (~127 against 100 tokens/s)."""
     policy = AdaptivePolicy(1, 1, has_substeps=True, need=2, hold=2, explore_every=10**9)
     seen = []
     for i in range(12):
-        cost = StepCost(num_slots=1, num_drafts=policy.last_k, num_substeps=policy.last_k,
-                        seconds=0.01 * (1 + 0.5 * policy.last_k))
+        cost = _cost(1, policy.last_k, policy.last_k, 0.01 * (1 + 0.5 * policy.last_k))
         seen.append(int(policy.choose(_step([True], drafted=[1], emitted=[2], cost=cost if i else None))[0]))
     assert seen[:8] == [0, 0, 1, 1, 0, 0, 1, 1]
-    assert all(policy.costs.count.get((1, k), 0) >= 2 for k in (0, 1))
+    assert all(policy.costs.count.get(k, 0) >= 2 for k in (0, 1))
     assert seen[8:] == [1] * 4
 
 

@@ -36,7 +36,8 @@ def replay(choose, batch, accept, cost, seed):
         accepted = np.cumprod(draws[step], axis=1).sum(axis=1)  # drafts accepted until the first rejection
         emitted, drafted = np.minimum(accepted, k_b) + 1, k_b.copy()
         t = cost(batch, int(k_b.max()), int(k_b.sum())) * factors[step]
-        previous = StepCost(num_slots=batch, num_drafts=int(k_b.sum()), num_substeps=int(k_b.max()), seconds=t,
+        substeps = int(k_b.max()) if cost is dispatch_bound else 0  # what the proposer reports
+        previous = StepCost(num_slots=batch, num_drafts=int(k_b.sum()), num_substeps=substeps, seconds=t,
                             verify_seconds=0.6 * t)
         tokens, seconds = tokens + int(emitted.sum()), seconds + t
     return tokens / seconds
