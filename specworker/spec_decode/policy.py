@@ -137,7 +137,7 @@ class StepCostModel:
     The same for V, the verify part of the step (pre_process, target forward, sampling / verify).
     """
 
-    def __init__(self, *, window: int = 12, outlier: float = 4.0, bandwidth: float = 0.35, refit_every: int = 4):
+    def __init__(self, *, window: int = 12, outlier: float = 4.0, bandwidth: float = 0.35, refit_every: int = 16):
         self.window, self.outlier, self.bandwidth, self.refit_every = window, outlier, bandwidth, refit_every
         self.samples: dict[int, list[tuple[float, float, float]]] = {}  # K -> [(B, seconds, verify seconds)]
         self.count: dict[int, int] = {}
