@@ -30,6 +30,7 @@ from kernel_harness import ptr, raw_launcher, require_gpu_or_exit  # noqa: E402
 
 OUT_BFLOAT16 = 2
 CUDA_R_16BF, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT, CUBLAS_OP_N = 14, 68, -1, 0
+CUBLAS_POINTER_MODE_HOST = 0
 SHAPES = {  # name -> (K, N): in_features, out_features
     "smollm2 q/o 576->576": (576, 576), "smollm2 k/v 576->192": (576, 192),
     "smollm2 gate_up 576->3072": (576, 3072), "smollm2 down 1536->576": (1536, 576),
@@ -68,6 +69,7 @@ def cublas_gemm(cp):
     def gemm(x, w, out, M, K, N):
         handle = cp.cuda.device.get_cublas_handle()
         cublas.setStream(handle, cp.cuda.get_current_stream().ptr)
+        cublas.setPointerMode(handle, CUBLAS_POINTER_MODE_HOST)  # alpha, beta are host scalars
         cublas.gemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, one.ctypes.data, w.data.ptr, CUDA_R_16BF, N,
                       x.data.ptr, CUDA_R_16BF, K, zero.ctypes.data, out.data.ptr, CUDA_R_16BF, N,
                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)

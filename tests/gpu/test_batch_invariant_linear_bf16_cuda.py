@@ -51,9 +51,10 @@ def run_kernel(x, w, b=None, out_dtype=OUT_FLOAT32, *, d_x=None) -> np.ndarray:
     M, K = x.shape
     N = w.shape[1]
     d_x = to_device(x) if d_x is None else d_x
+    d_w, d_b = to_device(w), to_device(b)  # held until the launch has finished
     d_out = cp.empty((M, N), dtype=cp.float32 if out_dtype == OUT_FLOAT32 else cp.uint16)
     d_out.view(cp.uint8).fill(POISON_BYTE)
-    launch(ptr(d_x), ptr(to_device(w)), ptr(to_device(b)), ptr(d_out), M, K, N, out_dtype, stream())
+    launch(ptr(d_x), ptr(d_w), ptr(d_b), ptr(d_out), M, K, N, out_dtype, stream())
     out = cp.asnumpy(d_out)
     return out if out_dtype == OUT_FLOAT32 else bf16_from_bits(out)
 
@@ -148,7 +149,8 @@ def test_batch_invariant_linear_bf16_k_zero_with_null_inputs_gives_bias_or_zeros
     for bias, want in ((None, np.zeros((3, 5), np.float32)), (b, np.tile(b, (3, 1)))):
         d_out = cp.empty((3, 5), dtype=cp.float32 if out_dtype == OUT_FLOAT32 else cp.uint16)
         d_out.view(cp.uint8).fill(POISON_BYTE)
-        launch(None, None, ptr(to_device(bias)), ptr(d_out), 3, 0, 5, out_dtype, stream())
+        d_b = to_device(bias)
+        launch(None, None, ptr(d_b), ptr(d_out), 3, 0, 5, out_dtype, stream())
         got = cp.asnumpy(d_out)
         np.testing.assert_array_equal(got if out_dtype == OUT_FLOAT32 else bf16_from_bits(got), want)
 
