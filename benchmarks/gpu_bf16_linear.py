@@ -59,6 +59,12 @@ def time_median_us(cp, fn, reps: int, calls: int) -> float:
     return statistics.median(samples)
 
 
+def random_bf16(cp, shape, seed: int, scale: float):
+    """bf16 bits (uint16) of N(0, scale^2) samples, truncated (any bf16 values do for timing)."""
+    a = cp.random.RandomState(seed).standard_normal(shape, dtype=cp.float32) * cp.float32(scale)
+    return (a.view(cp.uint32) >> 16).astype(cp.uint16)
+
+
 def cublas_gemm(cp):
     """out[M, N] = x[M, K] @ w[K, N] (bf16 in and out, fp32 compute) through cublasGemmEx: column-major
     C^T [N, M] = W^T [N, K] @ X^T [K, M], i.e. the row-major buffers as they are."""
@@ -86,10 +92,7 @@ def torch_or_none():
 
 def bench_shape(cp, launch, gemm, torch, K, N, batch, reps):
     max_m = max(batch)
-    rs = cp.random.RandomState(K + N)
-    # bf16 bits of N(0, 1) activations and N(0, 1 / K) weights (truncated, not rounded: any bf16 values do)
-    x_all = (rs.standard_normal((max_m, K), dtype=cp.float32).view(cp.uint32) >> 16).astype(cp.uint16)
-    w = ((rs.standard_normal((K, N), dtype=cp.float32) / np.sqrt(K)).view(cp.uint32) >> 16).astype(cp.uint16)
+    x_all, w = random_bf16(cp, (max_m, K), K + N, 1.0), random_bf16(cp, (K, N), K + N + 1, K ** -0.5)
     outs, cublas_outs, rows = {}, {}, []
     for M in sorted(batch):
         x = x_all[:M]
@@ -108,8 +111,9 @@ def bench_shape(cp, launch, gemm, torch, K, N, batch, reps):
         row = {"M": M, "K": K, "N": N, "ours_us": time_median_us(cp, ours, reps, calls),
                "cublas_us": time_median_us(cp, cublas, reps, calls)}
         if torch is not None:
-            tx = torch.as_tensor(x.view(cp.int16), device="cuda").view(torch.bfloat16)
-            tw = torch.as_tensor(w.view(cp.int16), device="cuda").view(torch.bfloat16)
+            tx, tw = (torch.empty(a.shape, dtype=torch.bfloat16, device="cuda") for a in (x, w))
+            cp.asarray(tx.view(torch.int16))[...] = x.view(cp.int16)  # the same bits, torch-owned
+            cp.asarray(tw.view(torch.int16))[...] = w.view(cp.int16)
             tout = torch.empty((M, N), dtype=torch.bfloat16, device="cuda")
             row["torch_us"] = time_median_us(cp, lambda: torch.matmul(tx, tw, out=tout), reps, calls)
         best = min(row["cublas_us"], row.get("torch_us", float("inf")))

@@ -1,7 +1,7 @@
 """batch_invariant_linear_bf16's standalone CUDA kernel (CuPy + ctypes, no Paddle): batch invariance
 as exact bit equality (a row alone vs the same row at tile edges of batches of 1 .. 4096 rows, across
-the three tile shapes the launcher picks from M, and across the cp.async and element-load paths),
-values against the float64 reference on the bfloat16 inputs within the bound of docs/spec.md §4.8
+the tile shapes the launcher picks from M, across the cp.async and element-load paths, and
+across every tile shape forced through the tile launcher), values against the float64 reference on the bfloat16 inputs within the bound of docs/spec.md §4.8
 (ref_batch_invariant_linear_bf16_error_bound), the edge sizes and the launcher's argument checks.
 The output starts as a NaN poison pattern, so an output the kernel forgets to write fails.
 """
@@ -23,7 +23,10 @@ NAME = "specworker_batch_invariant_linear_bf16_launch"
 OUT_FLOAT32, OUT_BFLOAT16 = 0, 2
 CUDA_ERROR_INVALID_VALUE = 1
 POISON_BYTE = 0xFF  # NaN in float32 and bfloat16
+TILE_NAME = "specworker_batch_invariant_linear_bf16_tile_launch"
+NUM_TILES = 9  # tile ids 0 .. 8 of the kernel file
 launch = launcher(NAME)
+tile_launch = launcher(TILE_NAME)
 
 # The launcher's tile shapes by M (kernel file): 16-row tiles up to M = 16, 64-row up to 256, 128-row
 # beyond; the awkward sizes straddle every edge.
@@ -107,6 +110,33 @@ def test_batch_invariant_linear_bf16_prefix_rows_same_bits_across_tile_shapes(K,
     full = run_kernel(x, w, b)
     for m in (1, 16, 17, 256, 257):
         assert_same_bits(run_kernel(x[:m], w, b), full[:m], f"K={K} N={N}: rows 0..{m - 1} at M={m} vs M=4096")
+
+
+@pytest.mark.parametrize("out_dtype", [OUT_FLOAT32, OUT_BFLOAT16], ids=["out_f32", "out_bf16"])
+@pytest.mark.parametrize("M,K,N", [(1, 576, 192), (40, 1000, 1000), (300, 576, 576), (129, 100, 259), (17, 40, 200)],
+                         ids=lambda v: str(v))
+def test_batch_invariant_linear_bf16_every_tile_gives_the_same_bits(M, K, N, out_dtype):
+    """The launcher picks the tile shape from M; the contract is that no tile changes an output's
+    arithmetic. Forcing each of the NUM_TILES shapes on the same inputs must give identical bits."""
+    x, w, b = bf16_inputs(np.random.default_rng([M, K, N]), M, K, N, True)
+    d_x, d_w, d_b = to_device(x), to_device(w), to_device(b)
+    outs = []
+    for tile in range(NUM_TILES):
+        d_out = cp.empty((M, N), dtype=cp.float32 if out_dtype == OUT_FLOAT32 else cp.uint16)
+        d_out.view(cp.uint8).fill(POISON_BYTE)
+        tile_launch(ptr(d_x), ptr(d_w), ptr(d_b), ptr(d_out), M, K, N, out_dtype, tile, stream())
+        out = cp.asnumpy(d_out)
+        outs.append(out if out_dtype == OUT_FLOAT32 else bf16_from_bits(out))
+    assert_within_bound(outs[0], x, w, b, out_dtype, f"tile 0, M={M} K={K} N={N}")
+    for tile in range(1, NUM_TILES):
+        assert_same_bits(outs[tile], outs[0], f"tile {tile} vs tile 0, M={M} K={K} N={N}")
+
+
+@pytest.mark.parametrize("tile", [-2, NUM_TILES, 100])
+def test_batch_invariant_linear_bf16_tile_launch_rejects_unknown_tile(tile):
+    d = cp.zeros(64, cp.float32)
+    rc = raw_launcher(TILE_NAME)(ptr(d), ptr(d), None, ptr(d), 2, 8, 8, OUT_FLOAT32, tile, stream())
+    assert rc == CUDA_ERROR_INVALID_VALUE, f"tile {tile}: expected cudaErrorInvalidValue, got {rc}"
 
 
 @pytest.mark.parametrize("out_dtype", [OUT_FLOAT32, OUT_BFLOAT16], ids=["out_f32", "out_bf16"])

@@ -37,10 +37,19 @@ struct Tile {
   static_assert(kAChunks % kThreads == 0 && kBChunks % kThreads == 0, "tiles load in whole rounds");
 };
 
-// Decode (M <= 16), small batches, large batches. Same arithmetic per output (file comment).
-using SmallTile = Tile<16, 32, 64, 1, 4, 4>;
-using MediumTile = Tile<64, 64, 32, 2, 2, 4>;
-using LargeTile = Tile<128, 128, 32, 2, 4, 4>;
+// The tile shapes, by id (specworker_batch_invariant_linear_bf16_tile_launch). Each gives the same
+// arithmetic per output (file comment); they differ in rows x columns per block, k-tile depth and ring.
+//                 BM   BN  BK WM WN STAGES
+using Tile0 = Tile<16, 32, 64, 1, 4, 4>;    // decode: many narrow column tiles
+using Tile1 = Tile<16, 32, 128, 1, 4, 6>;   // decode, deeper ring (more weight bytes in flight per SM)
+using Tile2 = Tile<16, 64, 64, 1, 4, 4>;
+using Tile3 = Tile<32, 64, 64, 2, 2, 4>;
+using Tile4 = Tile<64, 64, 32, 2, 2, 4>;
+using Tile5 = Tile<64, 128, 32, 2, 2, 4>;
+using Tile6 = Tile<128, 128, 32, 2, 4, 4>;
+using Tile7 = Tile<128, 128, 64, 2, 4, 3>;
+using Tile8 = Tile<128, 256, 32, 2, 4, 3>;
+constexpr int kNumTiles = 9;
 
 __host__ __device__ inline int CeilDiv(int a, int b) { return a / b + (a % b != 0); }
 
@@ -262,13 +271,20 @@ int LaunchFor(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat1
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The tile for a call: from M and N only for speed (the arithmetic is the same in every tile).
+int PickTile(int M, int N) {
+  (void)N;
+  if (M <= 16) return 0;
+  if (M <= 256) return 4;
+  return 6;
+}
+
 }  // namespace
 
-extern "C" int specworker_batch_invariant_linear_bf16_launch(const __nv_bfloat16* x,
-                                                             const __nv_bfloat16* weight,
-                                                             const __nv_bfloat16* bias, void* out,
-                                                             int M, int K, int N, int out_dtype,
-                                                             cudaStream_t stream) {
+extern "C" int specworker_batch_invariant_linear_bf16_tile_launch(
+    const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* bias, void* out, int M,
+    int K, int N, int out_dtype, int tile, cudaStream_t stream) {
+  if (tile < -1 || tile >= kNumTiles) return static_cast<int>(cudaErrorInvalidValue);
   if (M < 0 || K < 0 || N < 0) return static_cast<int>(cudaErrorInvalidValue);
   if (out_dtype != SPECWORKER_LINEAR_OUT_FLOAT32 && out_dtype != SPECWORKER_LINEAR_OUT_BFLOAT16) {
     return static_cast<int>(cudaErrorInvalidValue);
@@ -278,7 +294,25 @@ extern "C" int specworker_batch_invariant_linear_bf16_launch(const __nv_bfloat16
     return static_cast<int>(cudaErrorInvalidValue);
   }
   const bool vec = K % 8 == 0 && N % 8 == 0 && Aligned16(x) && Aligned16(weight);
-  if (M <= SmallTile::BM) return LaunchFor<SmallTile>(x, weight, bias, out, M, K, N, out_dtype, vec, stream);
-  if (M <= 256) return LaunchFor<MediumTile>(x, weight, bias, out, M, K, N, out_dtype, vec, stream);
-  return LaunchFor<LargeTile>(x, weight, bias, out, M, K, N, out_dtype, vec, stream);
+  if (tile < 0) tile = PickTile(M, N);
+  switch (tile) {
+    case 0: return LaunchFor<Tile0>(x, weight, bias, out, M, K, N, out_dtype, vec, stream);
+    case 1: return LaunchFor<Tile1>(x, weight, bias, out, M, K, N, out_dtype, vec, stream);
+    case 2: return LaunchFor<Tile2>(x, weight, bias, out, M, K, N, out_dtype, vec, stream);
+    case 3: return LaunchFor<Tile3>(x, weight, bias, out, M, K, N, out_dtype, vec, stream);
+    case 4: return LaunchFor<Tile4>(x, weight, bias, out, M, K, N, out_dtype, vec, stream);
+    case 5: return LaunchFor<Tile5>(x, weight, bias, out, M, K, N, out_dtype, vec, stream);
+    case 6: return LaunchFor<Tile6>(x, weight, bias, out, M, K, N, out_dtype, vec, stream);
+    case 7: return LaunchFor<Tile7>(x, weight, bias, out, M, K, N, out_dtype, vec, stream);
+    default: return LaunchFor<Tile8>(x, weight, bias, out, M, K, N, out_dtype, vec, stream);
+  }
+}
+
+extern "C" int specworker_batch_invariant_linear_bf16_launch(const __nv_bfloat16* x,
+                                                             const __nv_bfloat16* weight,
+                                                             const __nv_bfloat16* bias, void* out,
+                                                             int M, int K, int N, int out_dtype,
+                                                             cudaStream_t stream) {
+  return specworker_batch_invariant_linear_bf16_tile_launch(x, weight, bias, out, M, K, N, out_dtype,
+                                                            -1, stream);
 }
