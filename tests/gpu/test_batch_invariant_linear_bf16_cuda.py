@@ -1,7 +1,7 @@
 """batch_invariant_linear_bf16's standalone CUDA kernel (CuPy + ctypes, no Paddle): batch invariance
-as exact bit equality (a row alone vs the same row at tile edges of batches of 1 .. 4096 rows, across
-the tile shapes the launcher picks from M, across the cp.async and element-load paths, and
-across every tile shape forced through the tile launcher), values against the float64 reference on the bfloat16 inputs within the bound of docs/spec.md §4.8
+as exact bit equality (a row alone vs the same row at tile edges of batches of 1 .. 4096 rows, every
+tile shape forced through the tile launcher, the cp.async vs the element-load path), values against
+the float64 reference on the bfloat16 inputs within the bound of docs/spec.md §4.8
 (ref_batch_invariant_linear_bf16_error_bound), the edge sizes and the launcher's argument checks.
 The output starts as a NaN poison pattern, so an output the kernel forgets to write fails.
 """
