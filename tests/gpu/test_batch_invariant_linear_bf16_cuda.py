@@ -28,8 +28,8 @@ NUM_TILES = 9  # tile ids 0 .. 8 of the kernel file
 launch = launcher(NAME)
 tile_launch = launcher(TILE_NAME)
 
-# The launcher's tile shapes by M (kernel file): 16-row tiles up to M = 16, 64-row up to 256, 128-row
-# beyond; the awkward sizes straddle every edge.
+# The launcher's tiles (PickTile in the kernel file): 16-row tiles up to M = 16, beyond that 16- to
+# 128-row tiles chosen with N; the awkward sizes straddle every row-tile edge (16, 32, 64, 128).
 AWKWARD_M = [1, 2, 3, 15, 16, 17, 63, 64, 65, 127, 257, 1000, 4096]
 # (K, N): SmolLM2-135M's q / k / down projections; K = 40 < one 64-wide k tile and 2.5 MMA k steps;
 # N = 200 not a multiple of the 32 / 64 / 128 column tiles; (100, 259) neither multiple of 8 (the
@@ -101,14 +101,15 @@ def test_batch_invariant_linear_bf16_row_bits_independent_of_batch(K, N, out_dty
         assert_same_bits(out[spots], alone[which], f"K={K} N={N} M={M}: query rows at {spots} vs alone")
 
 
-@pytest.mark.parametrize("K,N", [(576, 192), (100, 259)], ids=lambda v: str(v))
+@pytest.mark.parametrize("K,N", [(576, 3072), (4096, 4096), (100, 259)], ids=lambda v: str(v))
 def test_batch_invariant_linear_bf16_prefix_rows_same_bits_across_tile_shapes(K, N):
-    """Every row, not only chosen ones: the first m rows of a 4096-row batch (128-row tiles) equal the
-    same rows run as a batch of m for m = 1, 16 (16-row tiles), 17, 256 (64-row tiles), 257 (128-row)."""
+    """Every row, not only chosen ones: the first m rows of a 4096-row batch equal the same rows run
+    as a batch of m, for m across the launcher's tile choices (576 x 3072: tiles 2, 4, 5, 6;
+    4096 x 4096: tiles 1, 2, 3, 4, 5, 6; 100 x 259, the element-load path: tiles 2, 4)."""
     rng = np.random.default_rng([K, N, 7])
     x, w, b = bf16_inputs(rng, 4096, K, N, True)
     full = run_kernel(x, w, b)
-    for m in (1, 16, 17, 256, 257):
+    for m in (1, 16, 17, 64, 65, 256, 257, 1000):
         assert_same_bits(run_kernel(x[:m], w, b), full[:m], f"K={K} N={N}: rows 0..{m - 1} at M={m} vs M=4096")
 
 
@@ -116,8 +117,8 @@ def test_batch_invariant_linear_bf16_prefix_rows_same_bits_across_tile_shapes(K,
 @pytest.mark.parametrize("M,K,N", [(1, 576, 192), (40, 1000, 1000), (300, 576, 576), (129, 100, 259), (17, 40, 200)],
                          ids=lambda v: str(v))
 def test_batch_invariant_linear_bf16_every_tile_gives_the_same_bits(M, K, N, out_dtype):
-    """The launcher picks the tile shape from M; the contract is that no tile changes an output's
-    arithmetic. Forcing each of the NUM_TILES shapes on the same inputs must give identical bits."""
+    """The launcher picks the tile shape from M, K and N; the contract is that no tile changes an
+    output's arithmetic. Forcing each of the NUM_TILES shapes on the same inputs must give identical bits."""
     x, w, b = bf16_inputs(np.random.default_rng([M, K, N]), M, K, N, True)
     d_x, d_w, d_b = to_device(x), to_device(w), to_device(b)
     outs = []

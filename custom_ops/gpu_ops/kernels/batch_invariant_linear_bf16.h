@@ -27,7 +27,7 @@ int specworker_batch_invariant_linear_bf16_launch(const __nv_bfloat16* x, const 
                                                   const __nv_bfloat16* bias, void* out, int M, int K,
                                                   int N, int out_dtype, cudaStream_t stream);
 
-// The same with the tile shape forced: tile = -1 picks it from M and N as the launcher above does,
+// The same with the tile shape forced: tile = -1 picks it from M, K and N as the launcher above does,
 // 0 .. 8 names one (kernel file). Every tile gives the same bits; this exists so tests can check that
 // and benchmarks can tune the choice. cudaErrorInvalidValue for a tile outside [-1, 8].
 int specworker_batch_invariant_linear_bf16_tile_launch(const __nv_bfloat16* x, const __nv_bfloat16* weight,
