@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.timing import stream_ptr  # noqa: E402
+from benchmarks.timing import stream_ptr, time_median_us  # noqa: E402
 from kernel_harness import ptr, raw_launcher, require_gpu_or_exit  # noqa: E402
 
 OUT_BFLOAT16 = 2
@@ -40,23 +39,6 @@ SHAPES = {  # name -> (K, N): in_features, out_features
     "llama3-8b lm_head 4096->128256": (4096, 128256),
 }
 BATCH = [1, 8, 64, 512, 4096]
-
-
-def time_median_us(cp, fn, reps: int, calls: int) -> float:
-    """Median over reps of the mean time of `calls` back-to-back calls, in microseconds (after warm-up)."""
-    for _ in range(3):
-        fn()
-    cp.cuda.get_current_stream().synchronize()
-    samples = []
-    for _ in range(reps):
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        for _ in range(calls):
-            fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(cp.cuda.get_elapsed_time(start, stop) * 1e3 / calls)
-    return statistics.median(samples)
 
 
 def random_bf16(cp, shape, seed: int, scale: float):

@@ -7,6 +7,7 @@ its own stream, and a launch on any other stream would escape the capture.
 from __future__ import annotations
 
 import ctypes
+import statistics
 
 
 def stream_ptr(cp) -> ctypes.c_void_p:
@@ -51,3 +52,20 @@ def time_graph(cp, fn, iters: int, per_graph: int = 20) -> float:
         stop.record(stream)
         stop.synchronize()
     return cp.cuda.get_elapsed_time(start, stop) * 1e3 / (reps * per_graph)
+
+
+def time_median_us(cp, fn, reps: int, calls: int) -> float:
+    """Median over reps of the mean time of `calls` back-to-back calls, in microseconds (after warm-up)."""
+    for _ in range(3):
+        fn()
+    cp.cuda.get_current_stream().synchronize()
+    samples = []
+    for _ in range(reps):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        for _ in range(calls):
+            fn()
+        stop.record()
+        stop.synchronize()
+        samples.append(cp.cuda.get_elapsed_time(start, stop) * 1e3 / calls)
+    return statistics.median(samples)

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchmarks.gpu_bf16_linear import BATCH, OUT_BFLOAT16, SHAPES, random_bf16, time_median_us  # noqa: E402
-from benchmarks.timing import stream_ptr  # noqa: E402
+from benchmarks.gpu_bf16_linear import BATCH, OUT_BFLOAT16, SHAPES, random_bf16  # noqa: E402
+from benchmarks.timing import stream_ptr, time_median_us  # noqa: E402
 from kernel_harness import ptr, raw_launcher, require_gpu_or_exit  # noqa: E402
 
 NUM_TILES = 9
