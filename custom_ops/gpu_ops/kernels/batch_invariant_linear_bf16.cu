@@ -6,8 +6,8 @@
 // then one float32 add of the bias and one rounding to the output type. No split-K, no atomics, no
 // reduction across threads or warps. The tile shape below picks which warp issues an output's MMAs
 // and how many rows share them, never which MMAs or in what order, so a row gives the same bits at
-// every M, every position in the batch and under every tile shape (the GPU tests check this across
-// the tile shapes' M ranges). The MMA's internal rounding is the hardware's: bits are fixed for one
+// every M, every position in the batch and under every tile shape (the GPU tests check both: every
+// tile on the same inputs, and rows alone vs in batches of up to 4096). The MMA's internal rounding is the hardware's: bits are fixed for one
 // GPU architecture, not across architectures, and not equal to the float32 CPU order.
 // Parallelisation: a block owns a BM x BN output tile, its warps a (BM / WM) x (BN / WN) sub-tile of
 // 16 x 8 MMA fragments. The K axis is walked in BK-wide k tiles through a STAGES-deep shared-memory
@@ -17,6 +17,15 @@
 #include "batch_invariant_linear_bf16.h"
 
 #include <stdint.h>
+
+// cp.async, ldmatrix and the bf16 MMA exist from sm_80. A build for an older target (the Paddle
+// extension without PADDLE_CUDA_ARCH_LIST gets nvcc's default) still compiles: the device code traps,
+// and the launcher refuses such a GPU before launching (cudaErrorNotSupported).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define SPECWORKER_BF16_MMA 1
+#else
+#define SPECWORKER_BF16_MMA 0
+#endif
 
 namespace {
 
@@ -53,39 +62,69 @@ constexpr int kNumTiles = 9;
 
 __host__ __device__ inline int CeilDiv(int a, int b) { return a / b + (a % b != 0); }
 
+#if SPECWORKER_BF16_MMA
 __device__ __forceinline__ uint32_t SharedAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
+#endif
 
 // 16 bytes global -> shared; valid == false writes 16 zero bytes and reads nothing.
 __device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid) {
+#if SPECWORKER_BF16_MMA
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SharedAddr(dst)), "l"(src),
                "r"(valid ? 16 : 0));
+#else
+  __trap();
+#endif
 }
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void CpAsyncCommit() {
+#if SPECWORKER_BF16_MMA
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
 template <int N>
-__device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void CpAsyncWait() {
+#if SPECWORKER_BF16_MMA
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
 
 __device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* p) {
+#if SPECWORKER_BF16_MMA
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(SharedAddr(p)));
+#else
+  __trap();
+#endif
 }
 __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* p) {
+#if SPECWORKER_BF16_MMA
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(SharedAddr(p)));
+#else
+  __trap();
+#endif
 }
 __device__ __forceinline__ void LdMatrixX2Trans(uint32_t (&r)[2], const void* p) {
+#if SPECWORKER_BF16_MMA
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1]) : "r"(SharedAddr(p)));
+#else
+  __trap();
+#endif
 }
 
 // c += a (16 x 16, row-major) * b (16 x 8, column-major), bf16 in, f32 accumulate.
 __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if SPECWORKER_BF16_MMA
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  __trap();
+#endif
 }
 
 // 8 consecutive bf16 of a row of length len starting at column c (zeros past len), element-wise.
@@ -300,6 +339,11 @@ extern "C" int specworker_batch_invariant_linear_bf16_tile_launch(
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (M == 0 || N == 0) return static_cast<int>(cudaSuccess);
+  int device = 0, major = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (err != cudaSuccess) return static_cast<int>(err);
+  if (major < 8) return static_cast<int>(cudaErrorNotSupported);  // no bf16 MMA / cp.async before sm_80
   if (out == nullptr || (K > 0 && (x == nullptr || weight == nullptr))) {
     return static_cast<int>(cudaErrorInvalidValue);
   }

@@ -22,7 +22,8 @@ enum {
 // M, K, N >= 0 with any values (a fast path needs K % 8 == 0, N % 8 == 0 and 16-byte aligned x and
 // weight; other shapes give the same bits through element loads). M == 0 or N == 0 launches
 // nothing. Returns the cudaError_t as an int: cudaErrorInvalidValue for a negative size, an unknown
-// out_dtype, or a NULL out (M * N > 0) / x / weight (M * N * K > 0); else the launch's error.
+// out_dtype, or a NULL out (M * N > 0) / x / weight (M * N * K > 0); cudaErrorNotSupported on a GPU
+// before sm_80 (no bf16 MMA); else the launch's error.
 int specworker_batch_invariant_linear_bf16_launch(const __nv_bfloat16* x, const __nv_bfloat16* weight,
                                                   const __nv_bfloat16* bias, void* out, int M, int K,
                                                   int N, int out_dtype, cudaStream_t stream);
