@@ -18,9 +18,9 @@
 
 #include <stdint.h>
 
-// cp.async, ldmatrix and the bf16 MMA exist from sm_80. A build for an older target (the Paddle
-// extension without PADDLE_CUDA_ARCH_LIST gets nvcc's default) still compiles: the device code traps,
-// and the launcher refuses such a GPU before launching (cudaErrorNotSupported).
+// cp.async, ldmatrix and the bf16 MMA exist from sm_80. A build for an older target (an extension
+// build that passes no -arch gets nvcc's default) still compiles: the device code traps, and the
+// launcher refuses such a GPU before launching (cudaErrorNotSupported).
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 #define SPECWORKER_BF16_MMA 1
 #else
