@@ -8,6 +8,7 @@ its own stream, and a launch on any other stream would escape the capture.
 from __future__ import annotations
 
 import ctypes
+import statistics
 
 
 def stream_ptr(cp) -> ctypes.c_void_p:
@@ -75,3 +76,20 @@ def torch_event_runs(torch, fn, iters: int, warmup: int, runs: int, reset=None) 
         end.synchronize()
         per_run.append(start.elapsed_time(end) * 1e3 / iters)
     return per_run
+
+
+def time_median_us(cp, fn, reps: int, calls: int) -> float:
+    """Median over reps of the mean time of `calls` back-to-back calls, in microseconds (after warm-up)."""
+    for _ in range(3):
+        fn()
+    cp.cuda.get_current_stream().synchronize()
+    samples = []
+    for _ in range(reps):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        for _ in range(calls):
+            fn()
+        stop.record()
+        stop.synchronize()
+        samples.append(cp.cuda.get_elapsed_time(start, stop) * 1e3 / calls)
+    return statistics.median(samples)

@@ -38,6 +38,7 @@ from specworker.model_executor.ops.model_ops import (  # noqa: F401
     paged_attention,
     LINEAR_WEIGHT_DTYPES,
     batch_invariant_linear,
+    batch_invariant_linear_bf16,
     pack_linear_weight,
 )
 
@@ -69,5 +70,6 @@ __all__ = [
     "paged_attention",
     "LINEAR_WEIGHT_DTYPES",
     "batch_invariant_linear",
+    "batch_invariant_linear_bf16",
     "pack_linear_weight",
 ]

@@ -1,4 +1,5 @@
-"""Wrappers of the model-side ops: attention over the paged KV cache, batch-invariant linear."""
+"""Wrappers of the model-side ops: attention over the paged KV cache, batch-invariant linear (float32 and
+bfloat16)."""
 
 from __future__ import annotations
 
@@ -128,6 +129,35 @@ def batch_invariant_linear(
     Example: x [[1, 2]], weight [[1, 0, 1], [0, 1, 1]], bias [0, 0, 10] -> [[1, 2, 13]].
     """
     out = _run("batch_invariant_linear", x, weight, bias)
+    return out[0] if isinstance(out, (list, tuple)) else out
+
+
+@op_wrapper
+def batch_invariant_linear_bf16(
+    x: paddle.Tensor, weight: paddle.Tensor, bias: paddle.Tensor | None = None
+) -> paddle.Tensor:
+    """x @ weight + bias on bfloat16 inputs, float32 out, with each output's arithmetic fixed by K
+    alone (docs/spec.md §4.8): a row's bits never depend on the other rows of the call.
+
+    GPU: tensor-core MMAs (m16n8k16, float32 accumulation), one accumulator per output fed one MMA
+    per 16-wide k step in increasing k, then + bias; the tile shape the launcher picks from M, K and
+    N never changes that. CPU: the inputs widened to float32 exactly, then batch_invariant_linear's
+    float32 order. Both devices are batch invariant and within the bound of docs/spec.md §4.8 of the
+    exact value (ref_batch_invariant_linear_bf16_error_bound); they do not agree with each other bit
+    for bit.
+
+    Args:
+        x: [M, K] bfloat16, M >= 0 (M = 0 gives a [0, N] result).
+        weight: [K, N] bfloat16 (in_features x out_features, the layout of paddle.nn.Linear.weight).
+        bias: [N] bfloat16, or None.
+    Returns:
+        out: [M, N] float32 on x's device.
+    Raises:
+        ValueError: a dtype other than bfloat16, x or weight not 2-D, K mismatch, bias not [N],
+            inputs on different devices, a size over 2**31 - 1.
+    Example: x [[1, 2]], weight [[1, 0, 1], [0, 1, 1]], bias [0, 0, 10] (all bfloat16) -> [[1, 2, 13]].
+    """
+    out = _run("batch_invariant_linear_bf16", x, weight, bias)
     return out[0] if isinstance(out, (list, tuple)) else out
 
 
