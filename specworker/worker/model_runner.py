@@ -181,20 +181,27 @@ class ModelRunner:
             draft_lens = self._choose_draft_lens(PolicyStep(live=live, drafted=drafted, emitted=host.accept_num,
                                                             cost=cost))
         with timer("proposer"):
-            meta.require_current(self.input_batch.layout_version, "the proposer")
-            lens = draft_lens[live]
-            out = self.proposer.run(self._proposer_inputs.for_step(
-                hidden, meta, max_draft_len=int(lens.max(initial=0)), min_draft_len=int(lens.min(initial=0))))
-        pure_decode = not self._prefill_slots
+            out = self._propose(hidden, meta, draft_lens[live])
+        self._last_step = (start, self._step_shape(host, live, out.num_substeps, timer.seconds))
         self._prefill_slots.clear()
-        fed = host.seq_lens_this_time
-        verify = sum(timer.seconds[p] for p in ("pre_process", "target_forward", "sampling_verify"))
-        # A step after which no slot decodes is the last of a burst: the time to the next step is idle, not cost.
-        shape = StepCost(num_slots=int((fed > 0).sum()), num_drafts=int(np.maximum(fed - 1, 0).sum()),
-                         num_substeps=out.num_substeps, seconds=0.0,
-                         verify_seconds=verify) if pure_decode and live.any() else None
-        self._last_step = (start, shape)
         return dataclasses.replace(host, seconds=timer.seconds, draft_lens=np.where(live, draft_lens, -1))
+
+    def _propose(self, hidden, meta, lens: np.ndarray):
+        """The proposer's drafts for next step, told the largest and smallest k_b of the slots that decode."""
+        meta.require_current(self.input_batch.layout_version, "the proposer")
+        return self.proposer.run(self._proposer_inputs.for_step(
+            hidden, meta, max_draft_len=int(lens.max(initial=0)), min_draft_len=int(lens.min(initial=0))))
+
+    def _step_shape(self, host: StepOutput, live: np.ndarray, num_substeps: int, seconds: dict) -> StepCost | None:
+        """This step's shape for the policy's cost model (its wall seconds are filled in at the next step), or None
+        when it held a prefill chunk or no slot decodes after it (the time to the next step is then idle, not
+        cost)."""
+        if self._prefill_slots or not live.any():
+            return None
+        fed = host.seq_lens_this_time
+        verify = sum(seconds[p] for p in ("pre_process", "target_forward", "sampling_verify"))
+        return StepCost(num_slots=int((fed > 0).sum()), num_drafts=int(np.maximum(fed - 1, 0).sum()),
+                        num_substeps=num_substeps, seconds=0.0, verify_seconds=verify)
 
     def _previous_cost(self, now: float) -> StepCost | None:
         """The previous step's shape with its wall seconds (its start to this one's), if it was pure decode."""

@@ -85,7 +85,7 @@ def assert_within_bound(got, x, w, b, out_dtype, what: str):
 
 @pytest.mark.parametrize("out_dtype", [OUT_FLOAT32, OUT_BFLOAT16], ids=["out_f32", "out_bf16"])
 @pytest.mark.parametrize("K,N", SHAPES_KN, ids=lambda v: str(v))
-def test_batch_invariant_linear_bf16_row_bits_independent_of_batch(K, N, out_dtype):
+def test_bf16_kernel_row_bits_at_tile_edges_independent_of_batch(K, N, out_dtype):
     """Two query rows computed alone (M = 1, the 16-row tile) must give the same bits as copies of them
     placed at row 0, the last row, tile edges (15 / 16, 63 / 64, 127 / 128) and a random row of
     batches of every AWKWARD_M size, whichever tile shape that M selects."""
@@ -201,7 +201,7 @@ def test_batch_invariant_linear_bf16_empty_launches_nothing():
     (2, 4, 3, 1, None), (2, 4, 3, 3, None), (2, 4, 3, -1, None),  # float16 / unknown output codes
     (2, 4, 3, OUT_FLOAT32, "x"), (2, 4, 3, OUT_FLOAT32, "weight"), (2, 4, 3, OUT_BFLOAT16, "out"),
 ])
-def test_batch_invariant_linear_bf16_rejects_bad_arguments(M, K, N, out_dtype, null):
+def test_bf16_launcher_rejects_bad_arguments_with_invalid_value(M, K, N, out_dtype, null):
     raw = raw_launcher(NAME)
     d = {name: cp.zeros(16, cp.float32) for name in ("x", "weight", "out")}
     args = [None if null == name else ptr(d[name]) for name in ("x", "weight", "out")]
