@@ -222,6 +222,7 @@ class AdaptivePolicy(SpeculationPolicy):
         self.total_successes = np.zeros(k_max)  # [K] worker totals (the prior)
         self.total_reaches = np.zeros(k_max)
         self.costs = StepCostModel()
+        self.allowed = np.zeros(num_slots, dtype=np.int64)  # [N] k_b of the step being verified next (0: not decoding)
         self.recent_k: list[int] = []  # the batch K of the last two choices, newest last
         self.held: tuple[int, int] | None = None  # (K, steps left) of an exploration hold
         self.num_choices = 0  # decode steps chosen for
@@ -238,25 +239,30 @@ class AdaptivePolicy(SpeculationPolicy):
 
     def on_swap(self, i: int, j: int) -> None:
         super().on_swap(i, j)
-        for a in (self.successes, self.reaches):
+        for a in (self.successes, self.reaches, self.allowed):
             a[[i, j]] = a[[j, i]]
 
     def on_move(self, src: int, dst: int) -> None:
         super().on_move(src, dst)
-        for a in (self.successes, self.reaches):
+        for a in (self.successes, self.reaches, self.allowed):
             a[dst] = a[src]
         self._reset(src)
 
     def _reset(self, slot: int) -> None:
         self.successes[slot] = 0.0
         self.reaches[slot] = 0.0
+        self.allowed[slot] = 0
 
     # ---- estimates ----
     def observe(self, step: PolicyStep) -> None:
         """Acceptance counts from this step's verify results; the previous step's seconds into the cost model when
         its cycle held one K (its verified drafts and its substeps chosen alike)."""
         k = self.k_max
-        drafted = np.minimum(step.drafted, k)[:, None]  # [N, 1]
+        # Positions count from what the slot was allowed (k_b), not what its proposer drafted: a lookup proposer
+        # that finds nothing drafts fewer, and E_b(K) must be the tokens a step *allowed* K brings, as T(B, K) is
+        # that step's cost. Slots that emitted nothing (paused) or were not decoding (allowed 0) add nothing.
+        allowed = np.where(step.emitted >= 1, np.maximum(self.allowed, step.drafted), 0)
+        drafted = np.minimum(allowed, k)[:, None]  # [N, 1]
         accepted = np.maximum(step.emitted - 1, 0)[:, None]  # [N, 1]
         pos = np.arange(k)[None, :]  # [1, K] position j - 1
         reached = (pos < drafted) & (pos <= accepted)  # [N, K]: position reached in this verify step
@@ -279,6 +285,7 @@ class AdaptivePolicy(SpeculationPolicy):
     def choose(self, step: PolicyStep) -> np.ndarray:
         self.observe(step)
         out = super().choose(step)
+        self.allowed = np.where(step.live, out, 0)  # what each slot may draft for the step verified next
         live = step.live & ~self.pinned
         self.recent_k = (self.recent_k + [int(out[live].max(initial=0))])[-2:]
         return out

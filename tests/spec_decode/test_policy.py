@@ -98,6 +98,20 @@ def test_adaptive_learns_acceptance_per_slot_with_a_prior():
     assert a[1, 1] == pytest.approx(11 / 12)
 
 
+def test_adaptive_counts_positions_a_slot_was_allowed_but_not_drafted():
+    """A lookup proposer that finds nothing drafts 0 of its k_b = 2: the step emitted 1 token where 3 were allowed,
+    so position 1 counts as reached and failed (E(K) is what a step allowed K brings); a paused slot (emitted 0)
+    counts nothing."""
+    policy = AdaptivePolicy(2, 2, has_substeps=False)
+    policy.allowed[:] = 2
+    for _ in range(10):
+        policy.observe(_step([True, True], drafted=[0, 0], emitted=[1, 0]))
+        policy.allowed[:] = 2
+    a = policy.acceptance()
+    assert a[0, 0] < 0.3  # slot 0: never a token beyond the first
+    assert policy.reaches[1].sum() == 0  # slot 1 was paused throughout
+
+
 def _cost(slots, drafts, substeps, seconds, verify=0.0):
     return StepCost(num_slots=slots, num_drafts=drafts, num_substeps=substeps, seconds=seconds, verify_seconds=verify)
 
