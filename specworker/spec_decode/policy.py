@@ -204,11 +204,10 @@ class AdaptivePolicy(SpeculationPolicy):
     `switch_margin`.
     """
 
-    def __init__(self, num_slots: int, k_max: int, *, has_substeps: bool, pin_sampled: bool = False,
+    def __init__(self, num_slots: int, k_max: int, *, pin_sampled: bool = False,
                  prior_weight: float = 6.0, decay: float = 0.92, need: int = 3, hold: int = 2,
                  explore_every: int = 32, explore_max: int = 256, switch_margin: float = 0.02):
         super().__init__(num_slots, k_max, pin_sampled=pin_sampled)
-        self.has_substeps = has_substeps
         self.prior_weight, self.decay = prior_weight, decay
         self.need, self.hold, self.explore_every, self.switch_margin = need, hold, explore_every, switch_margin
         self.explore_max = explore_max
@@ -363,6 +362,6 @@ def build_policy(spec: SpeculativeConfig, num_slots: int) -> SpeculationPolicy:
     if spec.policy == "schedule":
         return SchedulePolicy(num_slots, spec)
     if spec.policy == "adaptive":
-        return AdaptivePolicy(num_slots, k_max, has_substeps=spec.method == "mtp",
-                              pin_sampled=spec.verify_strategy not in DRAFT_COUNT_INVARIANT_STRATEGIES)
+        pin = spec.verify_strategy not in DRAFT_COUNT_INVARIANT_STRATEGIES
+        return AdaptivePolicy(num_slots, k_max, pin_sampled=pin)
     return FixedPolicy(num_slots, k_max)

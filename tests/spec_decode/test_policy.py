@@ -55,7 +55,7 @@ def test_schedule_picks_k_of_the_batch_size_range(batch, k):
 
 def _adaptive(n, k_max, accept):
     """An AdaptivePolicy whose acceptance is set directly (the cost row is passed to best_k)."""
-    policy = AdaptivePolicy(n, k_max, has_substeps=True)
+    policy = AdaptivePolicy(n, k_max)
     policy.acceptance = lambda: np.array(accept, dtype=float)
     return policy
 
@@ -87,7 +87,7 @@ def test_adaptive_trims_slots_with_poor_acceptance():
 
 
 def test_adaptive_learns_acceptance_per_slot_with_a_prior():
-    policy = AdaptivePolicy(2, 2, has_substeps=True)
+    policy = AdaptivePolicy(2, 2)
     np.testing.assert_allclose(policy.acceptance(), 0.5)  # Laplace prior with no observation
     for _ in range(10):  # slot 0: both drafts accepted; slot 1: first draft rejected
         policy.observe(_step([True, True], drafted=[2, 2], emitted=[3, 1]))
@@ -102,7 +102,7 @@ def test_adaptive_counts_positions_a_slot_was_allowed_but_not_drafted():
     """A lookup proposer that finds nothing drafts 0 of its k_b = 2: the step emitted 1 token where 3 were allowed,
     so position 1 counts as reached and failed (E(K) is what a step allowed K brings); a paused slot (emitted 0)
     counts nothing."""
-    policy = AdaptivePolicy(2, 2, has_substeps=False)
+    policy = AdaptivePolicy(2, 2)
     policy.allowed[:] = 2
     for _ in range(10):
         policy.observe(_step([True, True], drafted=[0, 0], emitted=[1, 0]))
@@ -154,7 +154,7 @@ def test_adaptive_explores_each_k_for_a_hold_then_uses_the_model():
     """K = 0 and K = 1 take turns, each held for 2 steps, until both have `need` = 2 steady observations (a step
     whose K equals the previous one's); then the cost model decides: every draft is accepted (E(1) ~ 1.9 with the
     prior) and a K = 1 step costs 1.5x a K = 0 step, so K = 1 wins (~127 against 100 tokens/s)."""
-    policy = AdaptivePolicy(1, 1, has_substeps=True, need=2, hold=2, explore_every=10**9)
+    policy = AdaptivePolicy(1, 1, need=2, hold=2, explore_every=10**9)
     seen = []
     for i in range(12):
         cost = _cost(1, policy.last_k, policy.last_k, 0.01 * (1 + 0.5 * policy.last_k))
@@ -169,7 +169,7 @@ def test_adaptive_explores_less_often_while_the_choice_holds():
     after the start), 24 (16 later: the first exploration confirmed K = 1, which costs 1.5x and brings 0.9
     tokens), 56 and 88 (32 later: capped at `explore_max`); when the costs change so that K = 0 wins, the interval
     is back to `explore_every`."""
-    policy = AdaptivePolicy(1, 1, has_substeps=True, need=2, hold=2, explore_every=8, explore_max=32)
+    policy = AdaptivePolicy(1, 1, need=2, hold=2, explore_every=8, explore_max=32)
 
     def run(steps, k1_factor):
         seen, intervals = [], []

@@ -51,7 +51,7 @@ def test_adaptive_reaches_the_best_fixed_k_on_replayed_costs(batch, accept, cost
     fixed = {k: np.mean([replay(lambda step, k=k: k, batch, accept, cost, s) for s in seeds]) for k in range(K_MAX + 1)}
     adaptive = []
     for s in seeds:
-        policy = AdaptivePolicy(batch, K_MAX, has_substeps=cost is dispatch_bound)
+        policy = AdaptivePolicy(batch, K_MAX)
         replay(policy.choose, batch, accept, cost, 100 + s)  # warm-up: the bench's untimed runs
         adaptive.append(replay(policy.choose, batch, accept, cost, s))
     best = max(fixed, key=fixed.get)
