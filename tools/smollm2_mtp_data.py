@@ -1,0 +1,139 @@
+"""Training text for SmolLM2-135M's MTP head (tools/train_smollm2_mtp.py), built offline on this machine.
+
+Two sources, each split into train / held-out by document (every HELD_EVERY-th document is held out):
+  * docs: Python's bundled help topics (pydoc_data.topics) and the standard library's module docstrings,
+    tokenized as plain text (BOS-free, as the model sees a continuation);
+  * chat: the target's own greedy answers (SmolLM2-135M-Instruct through its chat template, specworker's
+    non-speculative worker) to instruction prompts built here from fixed templates x subjects, the
+    distribution an MTP / EAGLE head drafts at serving time.
+Writes OUT/data.json: {"docs": {"train": [[ids], ...], "held": [...]}, "chat": {...}, "prompts": {...}}
+with the chat documents as prompt ids + answer ids (answer_start marks where the answer begins).
+
+    nice python tools/smollm2_mtp_data.py --out /tmp/mtp_data --max-tokens 160
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import itertools
+import json
+import pkgutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from specworker.config import load_config  # noqa: E402
+from specworker.llm import LLM  # noqa: E402
+from specworker.sampling_params import SamplingParams  # noqa: E402
+
+HELD_EVERY = 8  # documents (in their fixed order) with index % 8 == 3 are held out
+HELD_OFFSET = 3
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "smollm2.yaml"
+
+TEMPLATES = (
+    "Explain {s} in simple terms.",
+    "Write a short story about {s}.",
+    "Give me five tips about {s}.",
+    "What are the pros and cons of {s}?",
+    "Write a short poem about {s}.",
+    "Describe {s} to a ten-year-old.",
+    "Write a Python function related to {s} and explain how it works.",
+    "Summarize the history of {s} in one paragraph.",
+    "What are common mistakes people make with {s}?",
+    "Write an email to a friend about {s}.",
+    "List the key facts about {s}.",
+    "How would you teach {s} to a beginner?",
+)
+SUBJECTS = (
+    "photosynthesis", "the water cycle", "black holes", "volcanoes", "the French revolution", "jazz music",
+    "learning a new language", "saving money", "climate change", "the human heart", "electric cars",
+    "machine learning", "the internet", "chess", "gardening", "coffee", "the moon landing", "earthquakes",
+    "recycling", "sleep", "bread baking", "the stock market", "bees", "the Roman empire", "vaccines",
+    "renewable energy", "time management", "public speaking", "dinosaurs", "the ocean", "friendship",
+    "running a marathon", "origami", "the printing press", "rainbows", "cats", "dogs", "mountains",
+    "sorting algorithms", "Python lists", "recursion", "binary numbers", "databases", "unit testing",
+    "version control with git", "regular expressions", "prime numbers", "the Pythagorean theorem",
+    "a lighthouse", "a rainy day", "a city at night", "a robot that learns to paint", "an old library",
+    "a journey by train", "winter holidays", "a small bakery", "space exploration", "honey", "bicycles",
+    "the solar system",
+)
+
+
+def chat_prompts() -> list[str]:
+    """Templates x subjects, interleaved so every template and subject appears in both splits."""
+    pairs = itertools.product(range(len(SUBJECTS)), range(len(TEMPLATES)))
+    return [TEMPLATES[(t + s) % len(TEMPLATES)].format(s=SUBJECTS[s]) for s, t in pairs if (t + 2 * s) % 3 != 0]
+
+
+def doc_texts() -> list[str]:
+    """pydoc topics (sorted by name), then the docstrings of pure-Python standard library modules (sorted)."""
+    from pydoc_data.topics import topics
+
+    texts = [topics[name] for name in sorted(topics)]
+    names = sorted(m.name for m in pkgutil.iter_modules() if m.module_finder.path.endswith("lib/python3.11"))
+    for name in names:
+        if name.startswith("_") or name in ("antigravity", "this", "idlelib", "turtledemo", "tkinter"):
+            continue
+        try:
+            doc = importlib.import_module(name).__doc__
+        except Exception:  # noqa: BLE001 - some modules do not import here (platform-specific)
+            continue
+        if doc and len(doc) > 200:
+            texts.append(doc)
+    return texts
+
+
+def split(items: list) -> dict[str, list]:
+    return {"train": [x for i, x in enumerate(items) if i % HELD_EVERY != HELD_OFFSET],
+            "held": [x for i, x in enumerate(items) if i % HELD_EVERY == HELD_OFFSET]}
+
+
+def progress(t0: float):
+    """on_step callback printing finished requests every 100 steps."""
+    state = {"steps": 0, "done": 0}
+
+    def on_step(outs) -> None:
+        state["steps"] += 1
+        state["done"] += sum(o.finished for o in outs)
+        if state["steps"] % 100 == 0:
+            print(f"  step {state['steps']}: {state['done']} answers done, {time.time() - t0:.0f}s", flush=True)
+    return on_step
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--max-tokens", type=int, default=160, help="answer tokens per chat prompt at most")
+    p.add_argument("--max-num-seqs", type=int, default=32)
+    p.add_argument("--limit", type=int, default=0, help="first N chat prompts only (0: all)")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    config = load_config(CONFIG)
+    config = dataclasses.replace(config, scheduler=dataclasses.replace(
+        config.scheduler, max_num_seqs=args.max_num_seqs, num_blocks=args.max_num_seqs * 32))
+    llm = LLM(config)
+    tok = llm.tokenizer
+    docs = [tok.encode(t, add_special_tokens=False)[:2048] for t in doc_texts()]
+    prompts = chat_prompts()[:args.limit or None]
+    print(f"{len(docs)} documents ({sum(map(len, docs))} tokens), {len(prompts)} chat prompts", flush=True)
+    t0 = time.time()
+    outs = llm.chat([[{"role": "user", "content": q}] for q in prompts],
+                    SamplingParams(temperature=0.0, max_tokens=args.max_tokens), on_step=progress(t0))
+    answer_tokens = sum(len(o.token_ids) for o in outs)
+    print(f"generated {answer_tokens} answer tokens in {time.time() - t0:.0f}s", flush=True)
+    chat = [{"prompt_ids": tok.encode(o.prompt, add_special_tokens=False), "answer_ids": o.token_ids}
+            for o in outs]
+    data = {"docs": split(docs), "chat": split(chat), "prompts": split(prompts),
+            "recipe": {"max_tokens": args.max_tokens, "held_every": HELD_EVERY, "held_offset": HELD_OFFSET,
+                       "generation_s": round(time.time() - t0, 1)}}
+    (out / "data.json").write_text(json.dumps(data))
+    print(f"wrote {out / 'data.json'}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,273 @@
+"""Trains a one-layer MTP draft head for SmolLM2-135M on this CPU (docs/smollm2_mtp.md has the recipe and figures).
+
+Stages (each reads the previous one's files in --work):
+  cache   the frozen target over every document of data.json (tools/smollm2_mtp_data.py): its last hidden
+          states h_p (before the final norm, float16 on disk) and its greedy token g_p = argmax logits_p
+          (the target's prediction for token p + 1); computed once, never per epoch.
+  train   the draft (MTPDraft: eh_proj over concat(enorm(embed(t_{j+1})), hnorm(h_j)), one decoder layer of
+          the target's shape, the target's final norm / embedding / lm_head shared and frozen), unrolled over
+          --unroll chained substeps as the engine runs them (MTPDraft.forward_train_unrolled). Loss per substep:
+          cross entropy against the target's greedy token g_{j+1} on --ce-rows sampled columns, plus
+          --reg-weight x the mean squared error between final_norm(draft output) and final_norm(h_{j+1}) on
+          every column (what the shared lm_head reads; EAGLE-style feature regression). Writes
+          --out/mtp.safetensors; logs losses and the held-out chained acceptance per substep.
+  eval    held-out chained acceptance of a written head.
+
+Chained acceptance without re-running the target: on the held-out answers, which the target itself
+generated greedily, an accepted draft equals the next true token, so the target's verdict on draft s of
+anchor i is g_{i+s} from the cache and substep s's teacher-forced output at column i + s - 1 is exactly
+what the engine's substep s computes for that anchor. P(first k accepted) is the mean over anchors of
+prod_{s<=k} [argmax(substep s at column i + s - 1) == g_{i+s}]; anchors are positions whose chain lies in
+one answer (and where the answer's tokens equal the cached g, i.e. no near-tie between the two paths).
+
+    nice python tools/smollm2_mtp_data.py --out W
+    nice python tools/train_smollm2_mtp.py cache --work W
+    nice python tools/train_smollm2_mtp.py train --work W --out specworker/model_executor/models/weights/smollm2_mtp
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from specworker.config import load_config  # noqa: E402
+from specworker.model_executor.models.checkpoint import load_mtp, load_target, save_mtp  # noqa: E402
+from specworker.model_executor.models.mtp import MTPDraft  # noqa: E402
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "smollm2.yaml"
+SPLITS = ("train", "held")
+
+
+def load_frozen_target():
+    model = load_target(load_config(CONFIG).model)
+    for p in model.parameters():
+        p.stop_gradient = True
+    return model
+
+
+def documents(data: dict, split: str, doc_tokens: int) -> list[tuple[list[int], int]]:
+    """(token ids, first answer position) per document of the split: text documents (their first doc_tokens
+    tokens; no answer region: answer start = len), then chat documents (prompt + answer)."""
+    docs = [(ids[:doc_tokens], len(ids[:doc_tokens])) for ids in data["docs"][split]]
+    docs += [(c["prompt_ids"] + c["answer_ids"], len(c["prompt_ids"])) for c in data["chat"][split]]
+    return [d for d in docs if len(d[0]) >= 8]
+
+
+# ---- cache ----
+@paddle.no_grad()
+def cache(args) -> None:
+    data = json.loads((Path(args.work) / "data.json").read_text())
+    model = load_frozen_target()
+    t0 = time.time()
+    for split in args.splits.split(","):
+        docs = documents(data, split, args.doc_tokens)
+        ids, hid, greedy, doc, answer = [], [], [], [], []
+        for n, (toks, start) in enumerate(docs):
+            x = paddle.to_tensor(np.array(toks, np.int64)[None])
+            h = model.forward_train(x)[0]  # [L, H]
+            g = model.logits_train(h).argmax(-1)  # [L]
+            ids.append(np.array(toks, np.int32))
+            hid.append(h.numpy().astype(np.float16))
+            greedy.append(g.numpy().astype(np.int32))
+            doc.append(np.full(len(toks), n, np.int32))
+            answer.append(np.arange(len(toks)) >= start)
+            if (n + 1) % 50 == 0:
+                print(f"[cache {split}] {n + 1}/{len(docs)} documents {time.time() - t0:.0f}s", flush=True)
+        arrays = {"ids": np.concatenate(ids), "hidden": np.concatenate(hid), "greedy": np.concatenate(greedy),
+                  "doc": np.concatenate(doc), "answer": np.concatenate(answer)}
+        np.savez(Path(args.work) / f"cache_{split}.npz", **arrays)
+        print(f"[cache {split}] {len(docs)} documents, {len(arrays['ids'])} tokens, "
+              f"{int(arrays['answer'].sum())} answer tokens {time.time() - t0:.0f}s", flush=True)
+
+
+def load_cache(work: str, split: str) -> dict[str, np.ndarray]:
+    with np.load(Path(work) / f"cache_{split}.npz") as f:
+        return {k: f[k] for k in f.files}
+
+
+# ---- windows ----
+def window_batch(c: dict, starts: np.ndarray, length: int):
+    """Windows of length + 2 tokens from `starts`: (ids [B, L+2] int64, hidden [B, L+2, H] float32,
+    greedy [B, L+2] int64, same_doc [B, L] bool: column j's prediction (token j + 2) stays in column j's document,
+    answer [B, L+2] bool)."""
+    idx = starts[:, None] + np.arange(length + 2)[None]
+    doc = c["doc"][idx]
+    return (paddle.to_tensor(c["ids"][idx].astype(np.int64)), paddle.to_tensor(c["hidden"][idx].astype(np.float32)),
+            paddle.to_tensor(c["greedy"][idx].astype(np.int64)), doc[:, :length] == doc[:, 2:], c["answer"][idx],
+            c["ids"][idx])
+
+
+def substep_outputs(draft: MTPDraft, ids, hidden, length: int, unroll: int) -> list[paddle.Tensor]:
+    """Per substep s = 1..unroll: [B, L, H], column j predicting token j + 2 (MTPDraft.forward_train_unrolled)."""
+    return draft.forward_train_unrolled(ids[:, 1:length + 1], hidden[:, :length], unroll)
+
+
+def losses(model, draft, batch, args, rng) -> tuple[paddle.Tensor, list[float], list[float]]:
+    """(weighted loss, CE per substep, regression MSE per substep) of one batch of windows."""
+    ids, hidden, greedy, same_doc, _, _ = batch
+    length = args.seq_len
+    outs = substep_outputs(draft, ids, hidden, length, args.unroll)
+    target_feat = model.norm.forward_train(hidden[:, 1:length + 1])  # [B, L, H]: what lm_head reads at j + 1
+    labels = greedy[:, 1:length + 1]  # [B, L]: g_{j+1}
+    feat_scale = float(target_feat.square().mean())
+    total, ces, regs = 0.0, [], []
+    b = ids.shape[0]
+    for s, out in enumerate(outs):
+        valid = same_doc.copy()
+        valid[:, :s] = False  # columns j < s have no anchor for substep s + 1
+        rows = np.flatnonzero(valid.reshape(-1))
+        pick = paddle.to_tensor(rng.choice(rows, size=min(args.ce_rows, len(rows)), replace=False))
+        flat = out.reshape([b * length, -1])
+        logits = model.logits_train(paddle.gather(flat, pick))  # [R, V]
+        ce = F.cross_entropy(logits, paddle.gather(labels.reshape([-1]), pick).unsqueeze(-1))
+        mask = paddle.to_tensor(valid.astype(np.float32))
+        diff = (model.norm.forward_train(out) - target_feat).square().mean(-1)  # [B, L]
+        # relative to the target features' mean square, so the weight does not depend on the norm's scale
+        reg = (diff * mask).sum() / mask.sum() / feat_scale
+        weight = args.substep_weight ** s
+        total = total + weight * (ce + args.reg_weight * reg)
+        ces.append(float(ce))
+        regs.append(float(reg))
+    return total / sum(args.substep_weight ** s for s in range(len(outs))), ces, regs
+
+
+@paddle.no_grad()
+def chain_acceptance(model, draft, c: dict, length: int, depth: int, max_windows: int) -> tuple[list[float], int]:
+    """Held-out P(first k chained drafts accepted), k = 1..depth (module docstring), and the anchor count."""
+    n, first_answer = len(c["ids"]), int(np.argmax(c["answer"]))  # text documents come first, then chats
+    starts = np.arange(first_answer, n - length - 2, length)[:max_windows]
+    accepted, count = np.zeros(depth), 0
+    for i in range(0, len(starts), 8):
+        ids, hidden, greedy, _, answer, raw = window_batch(c, starts[i:i + 8], length)
+        outs = substep_outputs(draft, ids, hidden, length, depth)
+        g = greedy.numpy()
+        doc = c["doc"][starts[i:i + 8, None] + np.arange(length + 2)[None]]
+        # anchor i (column i): substep s's draft at column i + s - 1 is checked against g_{i+s}; the chain
+        # continues on true tokens t_{i+s+1} == g_{i+s} (answers are the target's greedy output)
+        hits = []
+        for s, out in enumerate(outs, start=1):
+            d = model.logits_train(out).argmax(-1).numpy()  # [b, L]: column j predicts token j + 2
+            hit = np.zeros_like(d, dtype=bool)
+            hit[:, :length - s + 1] = d[:, s - 1:] == g[:, s:length + 1]
+            hits.append(hit)
+        anchors = length - depth  # anchor i's chain reads window positions i + 1 .. i + depth + 1 <= length
+        ok_anchor = doc[:, depth + 1:depth + 1 + anchors] == doc[:, 1:1 + anchors]
+        for s in range(1, depth + 1):  # the chain's tokens lie in one answer, and the true tokens are g's
+            cols = np.arange(anchors) + s
+            ok_anchor &= answer[:, cols] & answer[:, cols + 1] & (raw[:, cols + 1] == g[:, cols])
+        hits = [h[:, :anchors] for h in hits]
+        chain = np.cumprod(np.stack(hits, -1), axis=-1)  # [b, L, depth]
+        accepted += chain[ok_anchor].sum(0)
+        count += int(ok_anchor.sum())
+    return (accepted / max(count, 1)).tolist(), count
+
+
+def lr_at(step: int, total: int, peak: float) -> float:
+    warm = max(1, total // 25)
+    if step < warm:
+        return peak * (step + 1) / warm
+    return peak * (0.05 + 0.475 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm))))
+
+
+def train(args) -> None:
+    paddle.seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    t0 = time.time()
+    model = load_frozen_target()
+    train_c, held_c = load_cache(args.work, "train"), load_cache(args.work, "held")
+    print(f"train {len(train_c['ids'])} tokens ({int(train_c['answer'].sum())} answer), held-out "
+          f"{len(held_c['ids'])} tokens ({int(held_c['answer'].sum())} answer)", flush=True)
+    draft = MTPDraft(model)
+    # eh_proj starts as identity on the hidden half: the draft's first output is the target's own feature
+    # h_j plus the layer's small residual, so training starts from the target's logits at j instead of
+    # random logits (cross entropy ~8 instead of ~28 at step 1)
+    h = model.arch.hidden_size
+    init = draft.eh_proj.numpy()
+    init[h:] = np.eye(h, dtype=np.float32)
+    draft.eh_proj.set_value(init)
+    params = draft.parameters()
+    print(f"draft: {sum(int(np.prod(p.shape)) for p in params)} parameters, unroll {args.unroll}", flush=True)
+    opt = paddle.optimizer.AdamW(learning_rate=args.lr, parameters=params, weight_decay=0.01, beta1=0.9,
+                                 beta2=0.95, grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0))
+    log = []
+    n, steps, step_start = len(train_c["ids"]), args.steps, time.time()
+    for step in range(args.steps):
+        if step == 5 and args.minutes:  # fit the run into --minutes at the measured step time
+            steps = min(args.steps, max(10, int(args.minutes * 60 / ((time.time() - step_start) / 5))))
+            print(f"{(time.time() - step_start) / 5:.1f} s/step: {steps} steps in {args.minutes} min", flush=True)
+        if step == steps:
+            break
+        opt.set_lr(lr_at(step, steps, args.lr))
+        starts = rng.integers(0, n - args.seq_len - 2, size=args.batch_size)
+        loss, ces, regs = losses(model, draft, window_batch(train_c, starts, args.seq_len), args, rng)
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+        last = step + 1 == steps
+        if (step + 1) % args.log_every == 0 or last:
+            entry = {"step": step + 1, "loss": float(loss), "ce": ces, "reg": regs, "s": round(time.time() - t0)}
+            if (step + 1) % args.eval_every == 0 or last:
+                draft.eval()
+                windows = 10 ** 6 if last else args.eval_windows  # the final evaluation reads every window
+                entry["held_chain"], entry["anchors"] = chain_acceptance(model, draft, held_c, args.seq_len, 3,
+                                                                         windows)
+                draft.train()
+            log.append(entry)
+            print(json.dumps(entry), flush=True)
+    out = Path(args.out)
+    save_mtp(draft, out)
+    (out / "train_log.json").write_text(json.dumps({"args": vars(args), "log": log}, indent=1))
+    print(f"wrote {out / 'mtp.safetensors'} after {time.time() - t0:.0f}s", flush=True)
+
+
+def evaluate(args) -> None:
+    model = load_frozen_target()
+    draft = load_mtp(str(Path(args.out)), model)
+    held_c = load_cache(args.work, "held")
+    chain, anchors = chain_acceptance(model, draft, held_c, args.seq_len, 3, 10 ** 6)
+    print(json.dumps({"held_chain": chain, "anchors": anchors, "al_k2": 1 + chain[0] + chain[1],
+                      "al_k3": 1 + sum(chain)}))
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("stage", choices=("cache", "train", "eval"))
+    p.add_argument("--work", required=True, help="data.json and the caches")
+    p.add_argument("--out", default=None, help="directory of mtp.safetensors (train, eval)")
+    p.add_argument("--steps", type=int, default=1000, help="optimizer steps at most")
+    p.add_argument("--minutes", type=float, default=0, help="fewer steps if they would take longer (0: off); "
+                   "the step time is measured over the first 5 steps, evaluations not counted")
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--lr", type=float, default=1.5e-3)
+    p.add_argument("--unroll", type=int, default=3)
+    p.add_argument("--substep-weight", type=float, default=0.8, help="substep s weighs this ** (s - 1)")
+    p.add_argument("--ce-rows", type=int, default=512, help="sampled columns per substep for the cross entropy")
+    p.add_argument("--reg-weight", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--splits", default="train,held", help="cache: which splits")
+    p.add_argument("--threads", type=int, default=2, help="math library threads (Paddle's default is 1)")
+    p.add_argument("--doc-tokens", type=int, default=384, help="cache: first tokens of each text document")
+    p.add_argument("--log-every", type=int, default=25)
+    p.add_argument("--eval-every", type=int, default=200)
+    p.add_argument("--eval-windows", type=int, default=12,
+                   help="held-out chat windows of the periodic evaluations (the final one and eval read all 44)")
+    args = p.parse_args(argv)
+    if args.stage != "cache" and args.out is None:
+        p.error(f"{args.stage} needs --out")
+    paddle.base.core.set_num_threads(args.threads)
+    {"cache": cache, "train": train, "eval": evaluate}[args.stage](args)
+
+
+if __name__ == "__main__":
+    main()
