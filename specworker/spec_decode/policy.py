@@ -3,8 +3,10 @@ have next step (docs/spec.md §2.3).
 Pure Python and numpy: no tensor, no device value; the ModelRunner uploads the choice and the proposers cap by it.
 
 Vocabulary: a slot is *live* when it decodes next step; its *cap* is min(k_max, the request's
-SamplingParams.num_speculative_tokens); position j (1-based) of a verify step is *reached* when drafts 1..j-1
-were accepted, and the *conditional acceptance* a_j is P(draft j accepted | reached).
+SamplingParams.num_speculative_tokens); a *draft-less* slot has cap 0 for its whole life (override 0, or admitted
+so by the policy: `admit`), so the proposer need not prepare drafts for it; position j (1-based) of a verify step
+is *reached* when drafts 1..j-1 were accepted, and the *conditional acceptance* a_j is P(draft j accepted |
+reached).
 """
 
 from __future__ import annotations
@@ -93,6 +95,15 @@ class SpeculationPolicy:
             a[dst] = a[src]
         self.cap[src], self.pinned[src] = self.k_max, False
 
+    def admit(self, slot: int, num_slots: int) -> bool:
+        """Once per request, before its first prompt chunk, num_slots = the occupied slots after this step's
+        admissions: whether the request may ever draft. False: the slot is draft-less (cap 0 for its life) and the
+        proposer may skip what only drafting needs (the MTP draft prefill). Here: only an override of 0."""
+        return self.may_draft(slot)
+
+    def may_draft(self, slot: int) -> bool:
+        return bool(self.cap[slot] > 0)
+
     def choose(self, step: PolicyStep) -> np.ndarray:
         """[N] int64 k_b for next step: the policy's choice, capped per request (pinned slots and slots not live:
         their cap)."""
@@ -141,8 +152,8 @@ class StepCostModel:
         self.window, self.outlier, self.bandwidth, self.refit_every = window, outlier, bandwidth, refit_every
         self.samples: dict[int, list[tuple[float, float, float]]] = {}  # K -> [(B, seconds, verify seconds)]
         self.count: dict[int, int] = {}
-        self._cached: tuple[int, int, np.ndarray, np.ndarray] | None = None  # (B, k_max, T, V)
-        self._unfitted = 0  # observations since the cached fit
+        self._cached: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # (B, k_max) -> T, V, W
+        self._unfitted = 0  # observations since the cached fits
 
     def add(self, k: int, cost: StepCost) -> None:
         self.samples[k] = (self.samples.get(k, []) + [(cost.num_slots, cost.seconds, cost.verify_seconds)])[
@@ -151,22 +162,35 @@ class StepCostModel:
         self._unfitted += 1
 
     def predict(self, num_slots: int, k_max: int) -> tuple[np.ndarray, np.ndarray]:
-        """([k_max + 1] T, [k_max + 1] V) seconds at batch size num_slots; every K needs an observation. Cached
-        until B changes or `refit_every` observations arrived (a fit is ~0.3 ms of numpy; costs drift slowly)."""
-        c = self._cached
-        if c is None or c[:2] != (num_slots, k_max) or self._unfitted >= self.refit_every:
-            fits = np.array([self._local_fit(np.array(self.samples[k], dtype=np.float64), num_slots)
-                             for k in range(k_max + 1)])
-            self._cached = c = (num_slots, k_max, np.maximum(fits[:, 0], 1e-6), np.maximum(fits[:, 1], 0.0))
-            self._unfitted = 0
-        return c[2], c[3]
+        """([k_max + 1] T, [k_max + 1] V) seconds at batch size num_slots; every K needs an observation. Cached per
+        batch size until `refit_every` observations arrived (a fit is ~0.3 ms of numpy; costs drift slowly)."""
+        fit = self._fit(num_slots, k_max)
+        return fit[0], fit[1]
 
-    def _local_fit(self, rows: np.ndarray, num_slots: int) -> tuple[float, float]:
-        """(T, V) at num_slots from one K's rows [(B, T, V)]: weighted least squares of y = a + b ln(B_i / B)."""
+    def support(self, num_slots: int, k_max: int) -> np.ndarray:
+        """[k_max + 1] the summed kernel weight of each K's observations at num_slots: about the number of them
+        within one bandwidth of it (below 1: the prediction there leans on far batch sizes)."""
+        return self._fit(num_slots, k_max)[2]
+
+    def _fit(self, num_slots: int, k_max: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._unfitted >= self.refit_every:
+            self._cached.clear()
+            self._unfitted = 0
+        key = (num_slots, k_max)
+        if key not in self._cached:
+            fits = np.array([self._local_fit(np.array(self.samples[k], dtype=np.float64), num_slots)
+                             for k in range(k_max + 1)])  # [k_max + 1, 3]: T, V, weight
+            self._cached[key] = (np.maximum(fits[:, 0], 1e-6), np.maximum(fits[:, 1], 0.0), fits[:, 2])
+        return self._cached[key]
+
+    def _local_fit(self, rows: np.ndarray, num_slots: int) -> tuple[float, float, float]:
+        """(T, V, summed weight) at num_slots from one K's rows [(B, T, V)]: weighted least squares of
+        y = a + b ln(B_i / B)."""
         u = np.log(rows[:, 0] / num_slots)
-        weight = np.exp(-0.5 * (u / self.bandwidth) ** 2) + 1e-6  # far rows still count a little (a level)
+        near = np.exp(-0.5 * (u / self.bandwidth) ** 2)
+        weight = near + 1e-6  # far rows still count a little (a level)
         x = np.stack([np.ones_like(u), u], axis=1)
-        return tuple(self._robust_fit(x, rows[:, col], weight)[0] for col in (1, 2))
+        return (*(self._robust_fit(x, rows[:, col], weight)[0] for col in (1, 2)), float(near.sum()))
 
     def _robust_fit(self, x: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
         """Outliers are judged against the weighted median (a least-squares start would be pulled by them): rows
@@ -202,6 +226,9 @@ class AdaptivePolicy(SpeculationPolicy):
     doubles (up to `explore_max`) each time the exploration leaves the choice as it was and returns to
     `explore_every` when the choice changes. The chosen K changes only when another K's rate beats it by more than
     `switch_margin`.
+    Draft-less admission (`admit`): a request admitted where K = 0 is settled (`prefers_no_drafts`) gets cap 0 for
+    its life, so its draft prefill is skipped and a batch of such slots runs no proposer at all. A step holding
+    draft-less slots files no K >= 1 cost (it drafted for fewer slots than T(B, K) assumes).
     """
 
     def __init__(self, num_slots: int, k_max: int, *, pin_sampled: bool = False,
@@ -222,7 +249,10 @@ class AdaptivePolicy(SpeculationPolicy):
         self.total_reaches = np.zeros(k_max)
         self.costs = StepCostModel()
         self.allowed = np.zeros(num_slots, dtype=np.int64)  # [N] k_b of the step being verified next (0: not decoding)
+        self.draftless = np.zeros(num_slots, dtype=bool)  # [N] admitted draft-less by this policy (cap 0 for life)
+        self.num_draftless = 0  # requests admitted draft-less (metrics, tests)
         self.recent_k: list[int] = []  # the batch K of the last two choices, newest last
+        self.recent_draftless: list[bool] = []  # whether a live slot was draft-less at each of them
         self.held: tuple[int, int] | None = None  # (K, steps left) of an exploration hold
         self.num_choices = 0  # decode steps chosen for
         self.last_k = 0  # the batch K of the last choice (metrics, tests)
@@ -238,12 +268,12 @@ class AdaptivePolicy(SpeculationPolicy):
 
     def on_swap(self, i: int, j: int) -> None:
         super().on_swap(i, j)
-        for a in (self.successes, self.reaches, self.allowed):
+        for a in (self.successes, self.reaches, self.allowed, self.draftless):
             a[[i, j]] = a[[j, i]]
 
     def on_move(self, src: int, dst: int) -> None:
         super().on_move(src, dst)
-        for a in (self.successes, self.reaches, self.allowed):
+        for a in (self.successes, self.reaches, self.allowed, self.draftless):
             a[dst] = a[src]
         self._reset(src)
 
@@ -251,6 +281,30 @@ class AdaptivePolicy(SpeculationPolicy):
         self.successes[slot] = 0.0
         self.reaches[slot] = 0.0
         self.allowed[slot] = 0
+        self.draftless[slot] = False
+
+    def admit(self, slot: int, num_slots: int) -> bool:
+        """Draft-less when K = 0 is settled at num_slots (prefers_no_drafts); never a pinned request (its tokens
+        depend on k_b, so timing must not decide it)."""
+        if self.cap[slot] > 0 and not self.pinned[slot] and self.prefers_no_drafts(num_slots):
+            self.cap[slot] = 0
+            self.draftless[slot] = True
+            self.num_draftless += 1
+        return self.may_draft(slot)
+
+    def prefers_no_drafts(self, num_slots: int) -> bool:
+        """K = 0 is settled at batch size num_slots: every K has `need` steady observations, with a summed kernel
+        weight >= 1 at num_slots (the prediction there rests on near observations, not on far ones), and at the
+        worker prior acceptance no K >= 1 comes within `switch_margin` of K = 0's rate. (A settled choice, not the
+        current one: a draft-less request cannot draft later, so neither an exploration nor an extrapolation may
+        make it so.)"""
+        if num_slots < 1 or any(self.costs.count.get(k, 0) < self.need for k in range(self.k_max + 1)):
+            return False
+        if self.costs.support(num_slots, self.k_max).min() < 1.0:
+            return False
+        seconds, _ = self.costs.predict(num_slots, self.k_max)
+        rates = expected_tokens(self.prior()[None, :])[0] / seconds  # [K + 1]; every slot at the prior: B cancels
+        return bool(rates[0] >= (1 + self.switch_margin) * rates[1:].max())
 
     # ---- estimates ----
     def observe(self, step: PolicyStep) -> None:
@@ -271,14 +325,18 @@ class AdaptivePolicy(SpeculationPolicy):
         self.reaches = self.decay * self.reaches + reached
         self.successes = self.decay * self.successes + hit
         steady = len(self.recent_k) == 2 and self.recent_k[0] == self.recent_k[1]
-        if step.cost is not None and steady and step.cost.num_slots > 0:
+        partial = self.recent_k[-1:] != [0] and any(self.recent_draftless)  # drafted for fewer slots than T assumes
+        if step.cost is not None and steady and not partial and step.cost.num_slots > 0:
             self.costs.add(self.recent_k[1], step.cost)
+
+    def prior(self) -> np.ndarray:
+        """[K] the worker's Laplace-smoothed acceptance per position (totals, not decayed)."""
+        return (self.total_successes + 1.0) / (self.total_reaches + 2.0)
 
     def acceptance(self) -> np.ndarray:
         """[N, K] conditional acceptance per slot and position (prior-weighted EMA)."""
-        prior = (self.total_successes + 1.0) / (self.total_reaches + 2.0)  # [K]
         m = self.prior_weight
-        return (self.successes + m * prior) / (self.reaches + m)
+        return (self.successes + m * self.prior()) / (self.reaches + m)
 
     # ---- the choice ----
     def choose(self, step: PolicyStep) -> np.ndarray:
@@ -287,12 +345,15 @@ class AdaptivePolicy(SpeculationPolicy):
         self.allowed = np.where(step.live, out, 0)  # what each slot may draft for the step verified next
         live = step.live & ~self.pinned
         self.recent_k = (self.recent_k + [int(out[live].max(initial=0))])[-2:]
+        self.recent_draftless = (self.recent_draftless + [bool(self.draftless[live].any())])[-2:]
         return out
 
     def _choose(self, step: PolicyStep) -> np.ndarray | int:
         live = step.live & ~self.pinned
         if not live.any():
             return self.cap
+        if not self.cap[live].any():  # no live slot may draft (draft-less, overrides 0): nothing to choose or explore
+            return 0
         self.num_choices += 1
         ready = all(self.costs.count.get(k, 0) >= self.need for k in range(self.k_max + 1))
         if self.held is None:
