@@ -17,6 +17,7 @@ import numpy as np
 from specworker.config import SpeculativeConfig
 from specworker.model_executor.layers.sampler import GREEDY_TEMPERATURE
 from specworker.slot_request import SlotRequest
+from specworker.spec_decode.step_cost_model import StepCost, StepCostModel
 
 # Verify strategies whose emitted tokens do not depend on how many drafts a slot fed: greedy, and target_match
 # (the target's own sample at each position, drafts accepted while equal). Under the others (rejection, topp) a
@@ -25,18 +26,7 @@ from specworker.slot_request import SlotRequest
 DRAFT_COUNT_INVARIANT_STRATEGIES = ("greedy", "target_match")
 
 __all__ = ["DRAFT_COUNT_INVARIANT_STRATEGIES", "AdaptivePolicy", "FixedPolicy", "PolicyStep", "SchedulePolicy",
-           "SpeculationPolicy", "StepCost", "StepCostModel", "build_policy", "expected_tokens"]
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class StepCost:
-    """The shape of one pure-decode step (no prefill chunk) and its wall seconds, start to next start."""
-
-    num_slots: int  # B: decode slots the step fed
-    num_drafts: int  # sum over slots of L_b - 1: draft tokens the step verified
-    num_substeps: int  # draft-model substeps its proposer ran (0 for proposers without a model)
-    seconds: float
-    verify_seconds: float = 0.0  # of which pre_process, target forward and sampling / verify (StepOutput.seconds)
+           "SpeculationPolicy", "build_policy", "expected_tokens"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,83 +125,6 @@ class SchedulePolicy(SpeculationPolicy):
         return self.spec.schedule_k(int(step.live.sum()))
 
 
-class StepCostModel:
-    """Wall seconds of a decode step whose batch drafted with K, as a function of the batch size B: for each K, a
-    local linear fit in B over that K's recent steady observations (a step whose K equals the previous step's:
-    the cycle then holds K's substeps and K's verify tokens), each weighted by how near its batch size is,
-    exp(-ln(B_i / B)^2 / (2 bandwidth^2)). So a batch size not seen yet is predicted from its neighbours (requests
-    finishing one by one walk B through every value), K needs no parametric form (a step's cost is not linear in
-    K), and the per-step load noise of a shared machine averages over many observations instead of a few.
-    The last `window` observations of each K are kept, so a K that only exploration visits keeps its evidence
-    however long ago it was seen. Robust: observations farther from their K's weighted median than `outlier` x
-    the median distance (load spikes, a step that waited on something else) are left out of the fit.
-    The same for V, the verify part of the step (pre_process, target forward, sampling / verify).
-    """
-
-    def __init__(self, *, window: int = 12, outlier: float = 4.0, bandwidth: float = 0.35, refit_every: int = 16):
-        self.window, self.outlier, self.bandwidth, self.refit_every = window, outlier, bandwidth, refit_every
-        self.samples: dict[int, list[tuple[float, float, float]]] = {}  # K -> [(B, seconds, verify seconds)]
-        self.count: dict[int, int] = {}
-        self._cached: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # (B, k_max) -> T, V, W
-        self._unfitted = 0  # observations since the cached fits
-
-    def add(self, k: int, cost: StepCost) -> None:
-        self.samples[k] = (self.samples.get(k, []) + [(cost.num_slots, cost.seconds, cost.verify_seconds)])[
-            -self.window:]
-        self.count[k] = self.count.get(k, 0) + 1
-        self._unfitted += 1
-
-    def predict(self, num_slots: int, k_max: int) -> tuple[np.ndarray, np.ndarray]:
-        """([k_max + 1] T, [k_max + 1] V) seconds at batch size num_slots; every K needs an observation. Cached per
-        batch size until `refit_every` observations arrived (a fit is ~0.3 ms of numpy; costs drift slowly)."""
-        fit = self._fit(num_slots, k_max)
-        return fit[0], fit[1]
-
-    def support(self, num_slots: int, k_max: int) -> np.ndarray:
-        """[k_max + 1] the summed kernel weight of each K's observations at num_slots: about the number of them
-        within one bandwidth of it (below 1: the prediction there leans on far batch sizes)."""
-        return self._fit(num_slots, k_max)[2]
-
-    def _fit(self, num_slots: int, k_max: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if self._unfitted >= self.refit_every:
-            self._cached.clear()
-            self._unfitted = 0
-        key = (num_slots, k_max)
-        if key not in self._cached:
-            fits = np.array([self._local_fit(np.array(self.samples[k], dtype=np.float64), num_slots)
-                             for k in range(k_max + 1)])  # [k_max + 1, 3]: T, V, weight
-            self._cached[key] = (np.maximum(fits[:, 0], 1e-6), np.maximum(fits[:, 1], 0.0), fits[:, 2])
-        return self._cached[key]
-
-    def _local_fit(self, rows: np.ndarray, num_slots: int) -> tuple[float, float, float]:
-        """(T, V, summed weight) at num_slots from one K's rows [(B, T, V)]: weighted least squares of
-        y = a + b ln(B_i / B)."""
-        u = np.log(rows[:, 0] / num_slots)
-        near = np.exp(-0.5 * (u / self.bandwidth) ** 2)
-        weight = near + 1e-6  # far rows still count a little (a level)
-        x = np.stack([np.ones_like(u), u], axis=1)
-        return (*(self._robust_fit(x, rows[:, col], weight)[0] for col in (1, 2)), float(near.sum()))
-
-    def _robust_fit(self, x: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
-        """Outliers are judged against the weighted median (a least-squares start would be pulled by them): rows
-        whose distance from it exceeds `outlier` x the median distance are dropped, then least squares."""
-        order = np.argsort(y)
-        cumulative = np.cumsum(weight[order])
-        center = y[order][np.searchsorted(cumulative, 0.5 * cumulative[-1])]
-        residual = np.abs(y - center)
-        # a distance within 2% of a typical step is never an outlier (exact data differs by rounding only)
-        keep = residual <= max(self.outlier * float(np.median(residual)), 0.02 * center)
-        return _weighted_lstsq(x[keep], y[keep], weight[keep])
-
-
-def _weighted_lstsq(x: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
-    """Weighted least squares by the normal equations with a small ridge on the slope (rows at one batch size
-    leave it undetermined: the fit is then their weighted mean)."""
-    gram = (x * weight[:, None]).T @ x
-    ridge = np.diag([0.0] + [1e-6 * (gram[0, 0] + 1e-12)] * (x.shape[1] - 1))
-    return np.linalg.solve(gram + ridge + 1e-12 * np.eye(x.shape[1]), (x * weight[:, None]).T @ y)
-
-
 class AdaptivePolicy(SpeculationPolicy):
     """argmax over K of expected emitted tokens per second, then per-slot trimming (docs/spec.md §2.3).
 
@@ -302,7 +215,8 @@ class AdaptivePolicy(SpeculationPolicy):
             return False
         if self.costs.support(num_slots, self.k_max).min() < 1.0:
             return False
-        seconds, _ = self.costs.predict(num_slots, self.k_max)
+        # relative costs: while only K = 0 runs, the load may change since K >= 1 was last measured
+        seconds = self.costs.predict_relative(num_slots, self.k_max)
         rates = expected_tokens(self.prior()[None, :])[0] / seconds  # [K + 1]; every slot at the prior: B cancels
         return bool(rates[0] >= (1 + self.switch_margin) * rates[1:].max())
 

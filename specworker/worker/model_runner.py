@@ -21,7 +21,8 @@ from specworker.model_executor.layers.sampler import SamplingMetadata
 from specworker.model_executor.pre_and_post_process import gather_logit_rows, pre_process
 from specworker.spec_decode.base import Proposer
 from specworker.spec_decode.metadata import ProposerInputs, VerifyInputs, VerifyOutput
-from specworker.spec_decode.policy import PolicyStep, SpeculationPolicy, StepCost, build_policy
+from specworker.spec_decode.policy import PolicyStep, SpeculationPolicy, build_policy
+from specworker.spec_decode.step_cost_model import StepCost
 from specworker.spec_decode.speculative_sampler import ReasoningConstraint, SpeculativeSampler
 from specworker.worker.input_batch import InputBatch, SlotRequest
 

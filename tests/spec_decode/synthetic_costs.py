@@ -8,12 +8,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from specworker.spec_decode.policy import AdaptivePolicy, StepCostModel
+from specworker.spec_decode.policy import AdaptivePolicy
+from specworker.spec_decode.step_cost_model import StepCostModel
 
 
 class SyntheticCostModel(StepCostModel):
-    """T(B, K) = cost(B, K) seconds, V = 0.6 T, support `window` everywhere; observations are counted (readiness,
-    exploration) but their seconds are not used. ready: start with `need` observations of every K (no initial
+    """T(B, K) = cost(B, K) seconds (measured and relative alike), V = 0.6 T, support `window` everywhere;
+    observations are counted (readiness, exploration) but their seconds are not used. ready: start with `need` observations of every K (no initial
     exploration)."""
 
     def __init__(self, cost: Callable[[int, int], float], *, k_max: int, ready: bool = False, need: int = 3):
@@ -22,9 +23,18 @@ class SyntheticCostModel(StepCostModel):
         if ready:
             self.count = dict.fromkeys(range(k_max + 1), need)
 
-    def _fit(self, num_slots: int, k_max: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        seconds = np.array([self.cost(num_slots, k) for k in range(k_max + 1)])
-        return seconds, 0.6 * seconds, np.full(k_max + 1, float(self.window))
+    def _seconds(self, num_slots: int, k_max: int) -> np.ndarray:
+        return np.array([self.cost(num_slots, k) for k in range(k_max + 1)])
+
+    def predict(self, num_slots: int, k_max: int) -> tuple[np.ndarray, np.ndarray]:
+        seconds = self._seconds(num_slots, k_max)
+        return seconds, 0.6 * seconds
+
+    def predict_relative(self, num_slots: int, k_max: int) -> np.ndarray:
+        return self._seconds(num_slots, k_max)
+
+    def support(self, num_slots: int, k_max: int) -> np.ndarray:
+        return np.full(k_max + 1, float(self.window))
 
 
 def drafts_pay_below(threshold: int) -> Callable[[int, int], float]:

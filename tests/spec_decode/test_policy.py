@@ -6,8 +6,9 @@ import pytest
 
 from specworker.config import SpeculativeConfig
 from specworker.slot_request import SlotRequest
-from specworker.spec_decode.policy import (AdaptivePolicy, FixedPolicy, PolicyStep, SchedulePolicy, StepCost,
-                                           StepCostModel, build_policy, expected_tokens)
+from specworker.spec_decode.policy import (AdaptivePolicy, FixedPolicy, PolicyStep, SchedulePolicy, build_policy,
+                                           expected_tokens)
+from specworker.spec_decode.step_cost_model import StepCost, StepCostModel
 
 
 def _step(live, drafted=None, emitted=None, cost=None):
@@ -207,6 +208,35 @@ def test_step_cost_model_support_counts_near_observations():
     np.testing.assert_allclose(model.support(16, 1), [3.0, 3.0])
     np.testing.assert_allclose(model.support(24, 1), 3 * np.exp(-0.5 * (np.log(1.5) / 0.35) ** 2))
     assert model.support(64, 1).max() < 0.01
+
+
+def test_step_cost_model_relative_costs_survive_a_load_change():
+    """K = 0, 1, 2 cost 10, 20, 30 ms at batch 32; then the machine gets twice as busy while only K = 0 runs (the
+    draft-less regime: nothing else can be measured). `predict` follows the seconds as measured (K = 0 at 20 ms
+    beside K = 1's old 20 ms: drafting would look free); `predict_relative` keeps 1 : 2 : 3 at the new cost."""
+    model = StepCostModel()
+    for k in range(3):
+        for _ in range(3):
+            model.add(k, _cost(32, 32 * k, k, 0.01 * (1 + k)))
+    for _ in range(40):
+        model.predict(32, 2)  # the policy predicts at the live batch size every step
+        model.add(0, _cost(32, 0, 0, 0.02))
+    np.testing.assert_allclose(model.predict(32, 2)[0], [0.02, 0.02, 0.03], rtol=1e-6)
+    np.testing.assert_allclose(model.predict_relative(32, 2), [0.02, 0.04, 0.06], rtol=1e-6)
+
+
+def test_adaptive_stays_draftless_when_the_load_changes_while_only_k0_runs():
+    """Draft-less admission at batch 32 holds after the machine got twice as busy during K = 0 steps: judged on the
+    seconds as measured, K = 1 (1.5 tokens at the prior acceptance 0.5, for its old 20 ms) would beat K = 0 (1 token for
+    20 ms now)."""
+    policy = _settled_at(32)
+    policy.on_insert(0, _request())
+    assert not policy.admit(0, 32)
+    for _ in range(40):
+        policy.costs.predict(32, 2)
+        policy.costs.add(0, _cost(32, 0, 0, 0.02))
+    policy.on_insert(1, _request())
+    assert not policy.admit(1, 32)
 
 
 def test_adaptive_admits_draftless_only_where_no_drafts_is_settled():
