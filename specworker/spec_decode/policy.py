@@ -267,6 +267,7 @@ class AdaptivePolicy(SpeculationPolicy):
         if not live.any():
             return self.cap
         if not self.cap[live].any():  # no live slot may draft (draft-less, overrides 0): nothing to choose or explore
+            self.last_k = 0
             return 0
         self.num_choices += 1
         ready = all(self.costs.count.get(k, 0) >= self.need for k in range(self.k_max + 1))
