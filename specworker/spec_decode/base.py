@@ -35,8 +35,10 @@ class Proposer(abc.ABC):
         InputBatch once, so every insert / clear / swap / condense / reorder reaches it."""
         return ()
 
-    def write_prefill(self, slot: int, prompt_token_ids: list[int], start: int, length: int) -> None:  # noqa: B027
-        """The target prefills prompt[start:start + length] of `slot` this step."""
+    def write_prefill(self, slot: int, prompt_token_ids: list[int], start: int, length: int, *,  # noqa: B027
+                      draft_less: bool = False) -> None:
+        """The target prefills prompt[start:start + length] of `slot` this step. draft_less: the slot never
+        drafts (SpeculationPolicy.admit), so what only drafting needs may be skipped."""
 
 
 def feed_last_tokens(inputs: ProposerInputs) -> None:

@@ -74,10 +74,15 @@ class MTPProposer(Proposer):
     def followers(self):
         return (self.batch,)
 
-    def write_prefill(self, slot: int, prompt_token_ids: list[int], start: int, length: int) -> None:
+    def write_prefill(self, slot: int, prompt_token_ids: list[int], start: int, length: int, *,
+                      draft_less: bool = False) -> None:
         """Draft chunk = target chunk shifted left by one. A middle chunk takes the next chunk's first
         token as its last; the final chunk is one shorter and draft_model_preprocess appends the target's
-        first emitted token."""
+        first emitted token. A draft-less slot gets no draft prefill: its draft row stays as insert left it, the
+        draft KV of its positions is never written, and when the draft runs for other slots it runs the slot as a
+        decode row whose drafts _cap_drafts discards (k_b = 0), so its output is the target's alone."""
+        if draft_less:
+            return
         shifted = prompt_token_ids[start + 1:start + length + 1]
         row = {"input_ids": shifted, "seq_lens_this_time": length, "seq_lens_encoder": length,
                "seq_lens_decoder": start, "step_idx": 0, "stop_flags": False}

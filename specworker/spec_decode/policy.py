@@ -3,8 +3,10 @@ have next step (docs/spec.md §2.3).
 Pure Python and numpy: no tensor, no device value; the ModelRunner uploads the choice and the proposers cap by it.
 
 Vocabulary: a slot is *live* when it decodes next step; its *cap* is min(k_max, the request's
-SamplingParams.num_speculative_tokens); position j (1-based) of a verify step is *reached* when drafts 1..j-1
-were accepted, and the *conditional acceptance* a_j is P(draft j accepted | reached).
+SamplingParams.num_speculative_tokens); a *draft-less* slot has cap 0 for its whole life (override 0, or admitted
+so by the policy: `admit`), so the proposer need not prepare drafts for it; position j (1-based) of a verify step
+is *reached* when drafts 1..j-1 were accepted, and the *conditional acceptance* a_j is P(draft j accepted |
+reached).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 from specworker.config import SpeculativeConfig
 from specworker.model_executor.layers.sampler import GREEDY_TEMPERATURE
 from specworker.slot_request import SlotRequest
+from specworker.spec_decode.step_cost_model import StepCost, StepCostModel
 
 # Verify strategies whose emitted tokens do not depend on how many drafts a slot fed: greedy, and target_match
 # (the target's own sample at each position, drafts accepted while equal). Under the others (rejection, topp) a
@@ -23,18 +26,7 @@ from specworker.slot_request import SlotRequest
 DRAFT_COUNT_INVARIANT_STRATEGIES = ("greedy", "target_match")
 
 __all__ = ["DRAFT_COUNT_INVARIANT_STRATEGIES", "AdaptivePolicy", "FixedPolicy", "PolicyStep", "SchedulePolicy",
-           "SpeculationPolicy", "StepCost", "StepCostModel", "build_policy", "expected_tokens"]
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class StepCost:
-    """The shape of one pure-decode step (no prefill chunk) and its wall seconds, start to next start."""
-
-    num_slots: int  # B: decode slots the step fed
-    num_drafts: int  # sum over slots of L_b - 1: draft tokens the step verified
-    num_substeps: int  # draft-model substeps its proposer ran (0 for proposers without a model)
-    seconds: float
-    verify_seconds: float = 0.0  # of which pre_process, target forward and sampling / verify (StepOutput.seconds)
+           "SpeculationPolicy", "build_policy", "expected_tokens"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,6 +85,15 @@ class SpeculationPolicy:
             a[dst] = a[src]
         self.cap[src], self.pinned[src] = self.k_max, False
 
+    def admit(self, slot: int, num_slots: int) -> bool:
+        """Once per request, before its first prompt chunk, num_slots = the occupied slots after this step's
+        admissions: whether the request may ever draft. False: the slot is draft-less (cap 0 for its life) and the
+        proposer may skip what only drafting needs (the MTP draft prefill). Here: only an override of 0."""
+        return self.may_draft(slot)
+
+    def may_draft(self, slot: int) -> bool:
+        return bool(self.cap[slot] > 0)
+
     def choose(self, step: PolicyStep) -> np.ndarray:
         """[N] int64 k_b for next step: the policy's choice, capped per request (pinned slots and slots not live:
         their cap)."""
@@ -124,70 +125,6 @@ class SchedulePolicy(SpeculationPolicy):
         return self.spec.schedule_k(int(step.live.sum()))
 
 
-class StepCostModel:
-    """Wall seconds of a decode step whose batch drafted with K, as a function of the batch size B: for each K, a
-    local linear fit in B over that K's recent steady observations (a step whose K equals the previous step's:
-    the cycle then holds K's substeps and K's verify tokens), each weighted by how near its batch size is,
-    exp(-ln(B_i / B)^2 / (2 bandwidth^2)). So a batch size not seen yet is predicted from its neighbours (requests
-    finishing one by one walk B through every value), K needs no parametric form (a step's cost is not linear in
-    K), and the per-step load noise of a shared machine averages over many observations instead of a few.
-    The last `window` observations of each K are kept, so a K that only exploration visits keeps its evidence
-    however long ago it was seen. Robust: observations farther from their K's weighted median than `outlier` x
-    the median distance (load spikes, a step that waited on something else) are left out of the fit.
-    The same for V, the verify part of the step (pre_process, target forward, sampling / verify).
-    """
-
-    def __init__(self, *, window: int = 12, outlier: float = 4.0, bandwidth: float = 0.35, refit_every: int = 16):
-        self.window, self.outlier, self.bandwidth, self.refit_every = window, outlier, bandwidth, refit_every
-        self.samples: dict[int, list[tuple[float, float, float]]] = {}  # K -> [(B, seconds, verify seconds)]
-        self.count: dict[int, int] = {}
-        self._cached: tuple[int, int, np.ndarray, np.ndarray] | None = None  # (B, k_max, T, V)
-        self._unfitted = 0  # observations since the cached fit
-
-    def add(self, k: int, cost: StepCost) -> None:
-        self.samples[k] = (self.samples.get(k, []) + [(cost.num_slots, cost.seconds, cost.verify_seconds)])[
-            -self.window:]
-        self.count[k] = self.count.get(k, 0) + 1
-        self._unfitted += 1
-
-    def predict(self, num_slots: int, k_max: int) -> tuple[np.ndarray, np.ndarray]:
-        """([k_max + 1] T, [k_max + 1] V) seconds at batch size num_slots; every K needs an observation. Cached
-        until B changes or `refit_every` observations arrived (a fit is ~0.3 ms of numpy; costs drift slowly)."""
-        c = self._cached
-        if c is None or c[:2] != (num_slots, k_max) or self._unfitted >= self.refit_every:
-            fits = np.array([self._local_fit(np.array(self.samples[k], dtype=np.float64), num_slots)
-                             for k in range(k_max + 1)])
-            self._cached = c = (num_slots, k_max, np.maximum(fits[:, 0], 1e-6), np.maximum(fits[:, 1], 0.0))
-            self._unfitted = 0
-        return c[2], c[3]
-
-    def _local_fit(self, rows: np.ndarray, num_slots: int) -> tuple[float, float]:
-        """(T, V) at num_slots from one K's rows [(B, T, V)]: weighted least squares of y = a + b ln(B_i / B)."""
-        u = np.log(rows[:, 0] / num_slots)
-        weight = np.exp(-0.5 * (u / self.bandwidth) ** 2) + 1e-6  # far rows still count a little (a level)
-        x = np.stack([np.ones_like(u), u], axis=1)
-        return tuple(self._robust_fit(x, rows[:, col], weight)[0] for col in (1, 2))
-
-    def _robust_fit(self, x: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
-        """Outliers are judged against the weighted median (a least-squares start would be pulled by them): rows
-        whose distance from it exceeds `outlier` x the median distance are dropped, then least squares."""
-        order = np.argsort(y)
-        cumulative = np.cumsum(weight[order])
-        center = y[order][np.searchsorted(cumulative, 0.5 * cumulative[-1])]
-        residual = np.abs(y - center)
-        # a distance within 2% of a typical step is never an outlier (exact data differs by rounding only)
-        keep = residual <= max(self.outlier * float(np.median(residual)), 0.02 * center)
-        return _weighted_lstsq(x[keep], y[keep], weight[keep])
-
-
-def _weighted_lstsq(x: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
-    """Weighted least squares by the normal equations with a small ridge on the slope (rows at one batch size
-    leave it undetermined: the fit is then their weighted mean)."""
-    gram = (x * weight[:, None]).T @ x
-    ridge = np.diag([0.0] + [1e-6 * (gram[0, 0] + 1e-12)] * (x.shape[1] - 1))
-    return np.linalg.solve(gram + ridge + 1e-12 * np.eye(x.shape[1]), (x * weight[:, None]).T @ y)
-
-
 class AdaptivePolicy(SpeculationPolicy):
     """argmax over K of expected emitted tokens per second, then per-slot trimming (docs/spec.md §2.3).
 
@@ -202,6 +139,9 @@ class AdaptivePolicy(SpeculationPolicy):
     doubles (up to `explore_max`) each time the exploration leaves the choice as it was and returns to
     `explore_every` when the choice changes. The chosen K changes only when another K's rate beats it by more than
     `switch_margin`.
+    Draft-less admission (`admit`): a request admitted where K = 0 is settled (`prefers_no_drafts`) gets cap 0 for
+    its life, so its draft prefill is skipped and a batch of such slots runs no proposer at all. A step holding
+    draft-less slots files no K >= 1 cost (it drafted for fewer slots than T(B, K) assumes).
     """
 
     def __init__(self, num_slots: int, k_max: int, *, pin_sampled: bool = False,
@@ -222,7 +162,10 @@ class AdaptivePolicy(SpeculationPolicy):
         self.total_reaches = np.zeros(k_max)
         self.costs = StepCostModel()
         self.allowed = np.zeros(num_slots, dtype=np.int64)  # [N] k_b of the step being verified next (0: not decoding)
+        self.draftless = np.zeros(num_slots, dtype=bool)  # [N] admitted draft-less by this policy (cap 0 for life)
+        self.num_draftless = 0  # requests admitted draft-less (metrics, tests)
         self.recent_k: list[int] = []  # the batch K of the last two choices, newest last
+        self.recent_draftless: list[bool] = []  # whether a live slot was draft-less at each of them
         self.held: tuple[int, int] | None = None  # (K, steps left) of an exploration hold
         self.num_choices = 0  # decode steps chosen for
         self.last_k = 0  # the batch K of the last choice (metrics, tests)
@@ -238,12 +181,12 @@ class AdaptivePolicy(SpeculationPolicy):
 
     def on_swap(self, i: int, j: int) -> None:
         super().on_swap(i, j)
-        for a in (self.successes, self.reaches, self.allowed):
+        for a in (self.successes, self.reaches, self.allowed, self.draftless):
             a[[i, j]] = a[[j, i]]
 
     def on_move(self, src: int, dst: int) -> None:
         super().on_move(src, dst)
-        for a in (self.successes, self.reaches, self.allowed):
+        for a in (self.successes, self.reaches, self.allowed, self.draftless):
             a[dst] = a[src]
         self._reset(src)
 
@@ -251,6 +194,31 @@ class AdaptivePolicy(SpeculationPolicy):
         self.successes[slot] = 0.0
         self.reaches[slot] = 0.0
         self.allowed[slot] = 0
+        self.draftless[slot] = False
+
+    def admit(self, slot: int, num_slots: int) -> bool:
+        """Draft-less when K = 0 is settled at num_slots (prefers_no_drafts); never a pinned request (its tokens
+        depend on k_b, so timing must not decide it)."""
+        if self.cap[slot] > 0 and not self.pinned[slot] and self.prefers_no_drafts(num_slots):
+            self.cap[slot] = 0
+            self.draftless[slot] = True
+            self.num_draftless += 1
+        return self.may_draft(slot)
+
+    def prefers_no_drafts(self, num_slots: int) -> bool:
+        """K = 0 is settled at batch size num_slots: every K has `need` steady observations, with a summed kernel
+        weight >= 1 at num_slots (the prediction there rests on near observations, not on far ones), and at the
+        worker prior acceptance no K >= 1 comes within `switch_margin` of K = 0's rate. (A settled choice, not the
+        current one: a draft-less request cannot draft later, so neither an exploration nor an extrapolation may
+        make it so.)"""
+        if num_slots < 1 or any(self.costs.count.get(k, 0) < self.need for k in range(self.k_max + 1)):
+            return False
+        if self.costs.support(num_slots, self.k_max).min() < 1.0:
+            return False
+        # relative costs: while only K = 0 runs, the load may change since K >= 1 was last measured
+        seconds = self.costs.predict_relative(num_slots, self.k_max)
+        rates = expected_tokens(self.prior()[None, :])[0] / seconds  # [K + 1]; every slot at the prior: B cancels
+        return bool(rates[0] >= (1 + self.switch_margin) * rates[1:].max())
 
     # ---- estimates ----
     def observe(self, step: PolicyStep) -> None:
@@ -271,14 +239,18 @@ class AdaptivePolicy(SpeculationPolicy):
         self.reaches = self.decay * self.reaches + reached
         self.successes = self.decay * self.successes + hit
         steady = len(self.recent_k) == 2 and self.recent_k[0] == self.recent_k[1]
-        if step.cost is not None and steady and step.cost.num_slots > 0:
+        partial = self.recent_k[-1:] != [0] and any(self.recent_draftless)  # drafted for fewer slots than T assumes
+        if step.cost is not None and steady and not partial and step.cost.num_slots > 0:
             self.costs.add(self.recent_k[1], step.cost)
+
+    def prior(self) -> np.ndarray:
+        """[K] the worker's Laplace-smoothed acceptance per position (totals, not decayed)."""
+        return (self.total_successes + 1.0) / (self.total_reaches + 2.0)
 
     def acceptance(self) -> np.ndarray:
         """[N, K] conditional acceptance per slot and position (prior-weighted EMA)."""
-        prior = (self.total_successes + 1.0) / (self.total_reaches + 2.0)  # [K]
         m = self.prior_weight
-        return (self.successes + m * prior) / (self.reaches + m)
+        return (self.successes + m * self.prior()) / (self.reaches + m)
 
     # ---- the choice ----
     def choose(self, step: PolicyStep) -> np.ndarray:
@@ -287,12 +259,16 @@ class AdaptivePolicy(SpeculationPolicy):
         self.allowed = np.where(step.live, out, 0)  # what each slot may draft for the step verified next
         live = step.live & ~self.pinned
         self.recent_k = (self.recent_k + [int(out[live].max(initial=0))])[-2:]
+        self.recent_draftless = (self.recent_draftless + [bool(self.draftless[live].any())])[-2:]
         return out
 
     def _choose(self, step: PolicyStep) -> np.ndarray | int:
         live = step.live & ~self.pinned
         if not live.any():
             return self.cap
+        if not self.cap[live].any():  # no live slot may draft (draft-less, overrides 0): nothing to choose or explore
+            self.last_k = 0
+            return 0
         self.num_choices += 1
         ready = all(self.costs.count.get(k, 0) >= self.need for k in range(self.k_max + 1))
         if self.held is None:

@@ -122,7 +122,8 @@ class SuffixProposer(Proposer):
         self.slots[slot] = request
         self._submit(self._build_tree, request, self.max_depth)  # overlaps the prefill forward
 
-    def write_prefill(self, slot: int, prompt_token_ids: list[int], start: int, length: int) -> None:
+    def write_prefill(self, slot: int, prompt_token_ids: list[int], start: int, length: int, *,
+                      draft_less: bool = False) -> None:
         self.slots[slot].prefilling = start + length < len(prompt_token_ids)
 
     def on_clear(self, slot: int) -> None:

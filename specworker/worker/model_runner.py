@@ -21,7 +21,8 @@ from specworker.model_executor.layers.sampler import SamplingMetadata
 from specworker.model_executor.pre_and_post_process import gather_logit_rows, pre_process
 from specworker.spec_decode.base import Proposer
 from specworker.spec_decode.metadata import ProposerInputs, VerifyInputs, VerifyOutput
-from specworker.spec_decode.policy import PolicyStep, SpeculationPolicy, StepCost, build_policy
+from specworker.spec_decode.policy import PolicyStep, SpeculationPolicy, build_policy
+from specworker.spec_decode.step_cost_model import StepCost
 from specworker.spec_decode.speculative_sampler import ReasoningConstraint, SpeculativeSampler
 from specworker.worker.input_batch import InputBatch, SlotRequest
 
@@ -137,7 +138,10 @@ class ModelRunner:
         if start > 0:
             row["pre_ids"] = np.full([self.input_batch.dims["max_model_len"]], -1, dtype=np.int64)
         self.input_batch.write_row(slot, row)
-        self.proposer.write_prefill(slot, prompt_token_ids, start, length)
+        if start == 0:  # the request's first chunk: the batch it joins is known (every admission is inserted)
+            self.policy.admit(slot, num_slots=len(self.input_batch.req_id_to_slot))
+        self.proposer.write_prefill(slot, prompt_token_ids, start, length,
+                                    draft_less=not self.policy.may_draft(slot))
 
     def pause(self, slot: int) -> None:
         """The slot's prefill waits this step (no token budget left): it feeds nothing."""

@@ -25,7 +25,7 @@ class OracleProposer(Proposer):
         ref = self.continuations[tuple(request.prompt_token_ids)]
         self.slots[slot] = {"ref": ref, "count": 0, "prefilling": True}
 
-    def write_prefill(self, slot, prompt_token_ids, start, length):
+    def write_prefill(self, slot, prompt_token_ids, start, length, *, draft_less=False):
         self.slots[slot]["prefilling"] = start + length < len(prompt_token_ids)  # a middle chunk
 
     def on_clear(self, slot):

@@ -1,8 +1,10 @@
 """Lossless under every speculation policy (CPU, tiny pair): greedy output equals non-speculative output for
 randomized requests with arrivals, aborts, reorders, penalties, stop tokens and per-request
 num_speculative_tokens overrides, while k_b changes from step to step and slot to slot (a random test policy,
-schedule, adaptive); MTP and ngram. Also: an override of 0 never drafts, the MTP loop runs max k_b substeps,
-seeded sampling is reproducible and batch invariant under adaptive."""
+schedule, adaptive) and some requests are admitted draft-less (the random policy; adaptive where K = 0 is settled,
+on given step costs); MTP and ngram. Also: an override of 0 never drafts, a draft-less request gets no draft
+prefill and never drafts, the MTP loop runs max k_b substeps, seeded sampling is reproducible and batch invariant
+under adaptive."""
 
 import dataclasses
 
@@ -12,6 +14,7 @@ import pytest
 from specworker.spec_decode.mtp_proposer import MTPProposer
 from specworker.worker.worker import Worker
 from tests.spec_decode.random_policy import RandomPolicy
+from tests.spec_decode.synthetic_costs import adaptive_with, drafts_pay_below
 from tests.spec_decode.test_lossless import _repetitive_prompts, _requests, _shuffler
 from tests.worker.worker_harness import Req, alone, drive, make_config, random_requests
 
@@ -20,8 +23,12 @@ SCHED = dict(max_num_batched_tokens=24)  # chunked prefill mixed with decode
 MTP_SHAPES = [
     ("random_k3", dict(method="mtp", k=3, steps=3), 80),
     ("adaptive_k3", dict(method="mtp", k=3, steps=3, policy="adaptive"), 80),
+    ("adaptive_draftless_k3", dict(method="mtp", k=3, steps=3, policy="adaptive"), 80),
     ("schedule_k2", dict(method="mtp", k=2, steps=2, policy="schedule", schedule={1: 2, 2: 1, 4: 0}), 80),
 ]
+# shapes whose adaptive policy runs on given step costs: drafts pay below 3 slots, K = 0 is settled from 3 on, so
+# requests admitted into a fuller batch are draft-less while earlier ones still draft
+SYNTHETIC_COSTS = {"adaptive_draftless_k3": drafts_pay_below(3)}
 NGRAM_SHAPES = [
     ("random_k3", dict(method="ngram", k=3), 50),
     ("adaptive_k3", dict(method="ngram", k=3, policy="adaptive"), 50),
@@ -41,31 +48,33 @@ def _with_overrides(reqs, seed):
     return out
 
 
-def _worker(kw, seed):
+def _worker(name, kw, seed):
     config = make_config(**kw, **SCHED)
+    spec, num_slots = config.speculative_config, config.scheduler.max_num_seqs
     policy = None
     if "policy" not in kw:  # the random test policy: k_b uniform in 0..k_max per slot per step
-        spec = config.speculative_config
-        policy = RandomPolicy(config.scheduler.max_num_seqs, spec.max_policy_draft_len, seed)
+        policy = RandomPolicy(num_slots, spec.max_policy_draft_len, seed)
+    elif name in SYNTHETIC_COSTS:
+        policy = adaptive_with(num_slots, spec.max_policy_draft_len, SYNTHETIC_COSTS[name], ready=False)
     return Worker(config, policy=policy)
 
 
-def _check_lossless(name, kw, n, seed, reqs):
+def _check_lossless(label, name, kw, n, seed, reqs):
     baseline = drive(Worker(make_config(**SCHED)), [dataclasses.replace(r, abort_at=None) for r in reqs])
-    worker = _worker(kw, seed)
+    worker = _worker(name, kw, seed)
     spec = drive(worker, reqs, between=_shuffler(seed))
     survivors = [r.req_id for r in reqs if r.abort_at is None or r.req_id in spec]
     assert len(survivors) >= n // 2
     for req_id in survivors:
-        assert spec[req_id] == baseline[req_id], (name, req_id)
-    COMPARED[name] = len(survivors)
+        assert spec[req_id] == baseline[req_id], (label, req_id)
+    COMPARED[label] = len(survivors)
     return worker
 
 
 @pytest.mark.parametrize("name,kw,n", MTP_SHAPES, ids=[s[0] for s in MTP_SHAPES])
 def test_mtp_lossless_under_policy(name, kw, n):
     seed = 700 + len(name)
-    worker = _check_lossless("mtp_" + name, kw, n, seed, _with_overrides(_requests(seed, n), seed))
+    worker = _check_lossless("mtp_" + name, name, kw, n, seed, _with_overrides(_requests(seed, n), seed))
     stats = worker.spec_stats
     assert 0 < stats.num_accepted < stats.num_drafted
     chosen = worker.draft_len_stats
@@ -75,13 +84,16 @@ def test_mtp_lossless_under_policy(name, kw, n):
         live = history >= 0
         assert len({int(k) for k in history[live]}) == kw["k"] + 1
         assert any(len(set(row[row >= 0].tolist())) > 1 for row in history)
+        assert worker.runner.policy.num_draftless > 0
+    if name in SYNTHETIC_COSTS:  # some requests were admitted draft-less, and drafting slots ran beside them
+        assert worker.runner.policy.num_draftless > 0
 
 
 @pytest.mark.parametrize("name,kw,n", NGRAM_SHAPES, ids=[s[0] for s in NGRAM_SHAPES])
 def test_ngram_lossless_under_policy(name, kw, n):
     seed = 800 + len(name)
     reqs = _with_overrides(_repetitive_prompts(_requests(seed, n), seed), seed)
-    worker = _check_lossless("ngram_" + name, kw, n, seed, reqs)
+    worker = _check_lossless("ngram_" + name, name, kw, n, seed, reqs)
     assert 0 < worker.spec_stats.num_accepted < worker.spec_stats.num_drafted
 
 
@@ -156,3 +168,100 @@ def test_seeded_sampling_reproducible_and_batch_invariant_under_adaptive(strateg
     assert worker.spec_stats.num_drafted > 0
     assert drive(Worker(config), reqs) == first
     assert alone(config, reqs) == first
+
+
+def _record_draft_prefills(worker):
+    """req ids whose draft row got a prompt chunk (MTPProposer.write_prefill reached the draft batch)."""
+    written, batch = set(), worker.runner.proposer.batch
+    write_row = batch.write_row
+
+    def recorded(slot, values):
+        written.add(worker.input_batch.req_ids[slot])
+        return write_row(slot, values)
+
+    batch.write_row = recorded
+    return written
+
+
+def _record_admissions(worker):
+    """req id -> whether the policy let it draft (SpeculationPolicy.admit, at its first chunk)."""
+    admitted, policy = {}, worker.runner.policy
+    admit = policy.admit
+
+    def recorded(slot, num_slots):
+        admitted[worker.input_batch.req_ids[slot]] = may = admit(slot, num_slots)
+        return may
+
+    policy.admit = recorded
+    return admitted
+
+
+def test_draftless_admission_skips_the_draft_prefill_and_never_drafts():
+    """Adaptive with K = 0 settled at every batch size (given costs: each draft costs a whole step): every request is
+    admitted draft-less, so no draft prefill is written and the draft model never runs, not even on prefill steps;
+    no request drafts; output equals non-speculative output."""
+    seed = 901
+    reqs = _with_overrides(_requests(seed, 30), seed)
+    config = make_config("mtp", k=3, steps=3, policy="adaptive", **SCHED)
+    worker = Worker(config, policy=adaptive_with(4, 3, lambda batch, k: 0.01 * (1 + 2 * k)))
+    prefilled, forwards = _record_draft_prefills(worker), [0]
+    forward = worker.runner.proposer.draft.forward
+
+    def counted(*args, **kwargs):
+        forwards[0] += 1
+        return forward(*args, **kwargs)
+
+    worker.runner.proposer.draft.forward = counted
+    admitted = _record_admissions(worker)
+    spec = drive(worker, reqs, between=_shuffler(seed))
+    baseline = drive(Worker(make_config(**SCHED)), [dataclasses.replace(r, abort_at=None) for r in reqs])
+    assert spec and all(spec[req_id] == baseline[req_id] for req_id in spec)
+    assert admitted and not any(admitted.values())
+    assert worker.runner.policy.num_draftless == sum(r.params.num_speculative_tokens != 0 for r in reqs
+                                                     if r.req_id in admitted)
+    assert prefilled == set() and forwards[0] == 0
+    assert worker.spec_stats.num_drafted == 0
+
+
+def test_draftless_slots_never_draft_beside_drafting_ones():
+    """Drafts pay below 3 slots (given costs): requests admitted while the batch is small draft, those admitted into
+    a fuller batch are draft-less; the draft model runs for the first beside the second (mixed batches), yet a
+    draft-less request never drafts and never gets a draft prefill; output equals non-speculative output."""
+    reqs = random_requests(24, seed=17, max_prompt=30, max_tokens=(12, 40), arrive_span=60, abort_rate=0.1)
+    config = make_config("mtp", k=3, steps=3, policy="adaptive", **SCHED)
+    worker = Worker(config, policy=adaptive_with(4, 3, drafts_pay_below(3)))
+    prefilled, admitted = _record_draft_prefills(worker), _record_admissions(worker)
+    stats = {}
+    original_collect = worker._collect
+
+    def collect(plan, out):
+        outputs = original_collect(plan, out)
+        stats.update({o.request_id: o.spec_stats.num_drafted for o in outputs})
+        return outputs
+
+    worker._collect = collect
+    spec = drive(worker, reqs, between=_shuffler(17))
+    baseline = drive(Worker(make_config(**SCHED)), [dataclasses.replace(r, abort_at=None) for r in reqs])
+    assert all(spec[req_id] == baseline[req_id] for req_id in spec)
+    draftless = {r for r, may in admitted.items() if not may}
+    drafting = set(admitted) - draftless
+    assert draftless and drafting, admitted
+    assert all(stats[r] == 0 for r in draftless if r in stats)
+    assert any(stats.get(r, 0) > 0 for r in drafting)
+    assert not prefilled & draftless and prefilled >= drafting
+
+
+@pytest.mark.parametrize("strategy", ["rejection", "target_match"])
+def test_seeded_sampling_reproducible_and_batch_invariant_with_draftless_admission(strategy):
+    """Given costs make requests admitted into a batch of 3 or more draft-less, alone they draft: under target_match
+    a sampled request's tokens do not depend on k_b, so run twice, in a batch or alone they are the same; under
+    rejection they would, so a sampled request is never admitted draft-less (pinned)."""
+    config = make_config("mtp", k=3, steps=3, strategy=strategy, policy="adaptive")
+    reqs = random_requests(6, seed=78, max_prompt=24, max_tokens=(8, 20), sampled=True)
+    pin = strategy == "rejection"
+    policies = [adaptive_with(4, 3, drafts_pay_below(3), pin_sampled=pin) for _ in range(3)]
+    first = drive(Worker(config, policy=policies[0]), reqs)
+    assert drive(Worker(config, policy=policies[1]), reqs) == first
+    assert alone(config, reqs, policy=policies[2]) == first
+    assert (policies[0].num_draftless > 0) == (strategy == "target_match")
+    assert policies[2].num_draftless == 0  # alone: one slot, drafts pay

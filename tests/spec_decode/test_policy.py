@@ -6,8 +6,9 @@ import pytest
 
 from specworker.config import SpeculativeConfig
 from specworker.slot_request import SlotRequest
-from specworker.spec_decode.policy import (AdaptivePolicy, FixedPolicy, PolicyStep, SchedulePolicy, StepCost,
-                                           StepCostModel, build_policy, expected_tokens)
+from specworker.spec_decode.policy import (AdaptivePolicy, FixedPolicy, PolicyStep, SchedulePolicy, build_policy,
+                                           expected_tokens)
+from specworker.spec_decode.step_cost_model import StepCost, StepCostModel
 
 
 def _step(live, drafted=None, emitted=None, cost=None):
@@ -185,6 +186,123 @@ def test_adaptive_explores_less_often_while_the_choice_holds():
     assert explored == [8, 24, 56, 88] and seen[8:10] == [0, 0], explored
     _, intervals = run(60, 2.0)  # K = 1 now costs 3x: the next exploration (of K = 0) moves the choice to K = 0 ...
     assert policy.kept_k == 0 and 8 in intervals  # ... and the interval restarts from explore_every
+
+
+def _settled_at(batch, k_max=2, n=4):
+    """An AdaptivePolicy whose cost model saw `need` steady steps of every K at `batch` slots, each draft costing a
+    whole step (K = 0 wins at any acceptance: E(K) < 1 + K)."""
+    policy = AdaptivePolicy(n, k_max)
+    for k in range(k_max + 1):
+        for _ in range(policy.need):
+            policy.costs.add(k, _cost(batch, batch * k, k, 0.01 * (1 + k)))
+    return policy
+
+
+def test_step_cost_model_support_counts_near_observations():
+    """support = summed kernel weight exp(-ln(B_i / B)^2 / (2 * 0.35^2)): 3 rows at B count 3 there, 3 x 0.51 =
+    1.52 at 1.5 B (ln 1.5 = 1.16 bandwidths), 0.001 at 4 B (3.96 bandwidths)."""
+    model = StepCostModel()
+    for k in range(2):
+        for _ in range(3):
+            model.add(k, _cost(16, 16 * k, k, 0.01))
+    np.testing.assert_allclose(model.support(16, 1), [3.0, 3.0])
+    np.testing.assert_allclose(model.support(24, 1), 3 * np.exp(-0.5 * (np.log(1.5) / 0.35) ** 2))
+    assert model.support(64, 1).max() < 0.01
+
+
+def test_step_cost_model_relative_costs_survive_a_load_change():
+    """K = 0, 1, 2 cost 10, 20, 30 ms at batch 32; then the machine gets twice as busy while only K = 0 runs (the
+    draft-less regime: nothing else can be measured). `predict` follows the seconds as measured (K = 0 at 20 ms
+    beside K = 1's old 20 ms: drafting would look free); `predict_relative` keeps 1 : 2 : 3 at the new cost."""
+    model = StepCostModel()
+    for k in range(3):
+        for _ in range(3):
+            model.add(k, _cost(32, 32 * k, k, 0.01 * (1 + k)))
+    for _ in range(40):
+        model.predict(32, 2)  # the policy predicts at the live batch size every step
+        model.add(0, _cost(32, 0, 0, 0.02))
+    np.testing.assert_allclose(model.predict(32, 2)[0], [0.02, 0.02, 0.03], rtol=1e-6)
+    np.testing.assert_allclose(model.predict_relative(32, 2), [0.02, 0.04, 0.06], rtol=1e-6)
+
+
+def test_adaptive_stays_draftless_when_the_load_changes_while_only_k0_runs():
+    """Draft-less admission at batch 32 holds after the machine got twice as busy during K = 0 steps: judged on the
+    seconds as measured, K = 1 (1.5 tokens at the prior acceptance 0.5, for its old 20 ms) would beat K = 0 (1 token for
+    20 ms now)."""
+    policy = _settled_at(32)
+    policy.on_insert(0, _request())
+    assert not policy.admit(0, 32)
+    for _ in range(40):
+        policy.costs.predict(32, 2)
+        policy.costs.add(0, _cost(32, 0, 0, 0.02))
+    policy.on_insert(1, _request())
+    assert not policy.admit(1, 32)
+
+
+def test_adaptive_admits_draftless_only_where_no_drafts_is_settled():
+    """Draft-less (cap 0, flagged) only when every K has `need` steady observations near the batch size and K = 0
+    wins there by the switch margin; not at a batch size the observations do not reach (an extrapolation), not
+    before the model is ready, never a pinned (sampled, rejection) request; an override of 0 is no admission but
+    cannot draft either."""
+    policy = _settled_at(32)
+    policy.on_insert(0, _request())
+    assert not policy.admit(0, 32)
+    assert policy.cap[0] == 0 and policy.draftless[0] and policy.num_draftless == 1
+    policy.on_insert(1, _request())
+    assert policy.admit(1, 4) and policy.cap[1] == 2  # batch 4: no observation within reach of it
+    sampled = SlotRequest(req_id="s", prompt_token_ids=[1, 2], max_tokens=4, temperature=0.8)
+    pinned = _settled_at(32)
+    pinned.pin_sampled = True
+    pinned.on_insert(2, sampled)
+    assert pinned.admit(2, 32) and not pinned.draftless[2]
+    policy.on_insert(3, _request(0))
+    assert not policy.admit(3, 32) and not policy.draftless[3] and policy.num_draftless == 1
+    fresh = AdaptivePolicy(4, 2)  # no observation yet
+    fresh.on_insert(0, _request())
+    assert fresh.admit(0, 32)
+    cheap = AdaptivePolicy(4, 2)  # drafts nearly free: K = 2 wins, nothing is admitted draft-less
+    for k in range(3):
+        for _ in range(3):
+            cheap.costs.add(k, _cost(32, 32 * k, k, 0.01 * (1 + 0.05 * k)))
+    cheap.on_insert(0, _request())
+    assert cheap.admit(0, 32)
+
+
+def test_adaptive_draftless_flag_follows_the_slot_moves():
+    policy = _settled_at(32)
+    policy.on_insert(1, _request())
+    policy.admit(1, 32)
+    policy.on_swap(1, 3)
+    np.testing.assert_array_equal(policy.draftless, [False, False, False, True])
+    np.testing.assert_array_equal(policy.cap, [2, 2, 2, 0])
+    policy.on_move(3, 0)
+    np.testing.assert_array_equal(policy.draftless, [True, False, False, False])
+    np.testing.assert_array_equal(policy.cap, [0, 2, 2, 2])
+    policy.on_clear(0)
+    assert not policy.draftless.any() and (policy.cap == 2).all()
+
+
+def test_adaptive_with_only_draftless_slots_chooses_nothing_and_files_only_k0():
+    """A batch whose live slots are all draft-less: k_b = 0 everywhere, no exploration (the hold would draft
+    nothing), and its steps file K = 0 costs; a batch mixing draft-less and drafting slots files no K >= 1 cost
+    (it drafted for fewer slots than T(B, K) assumes)."""
+    policy = _settled_at(2, k_max=1, n=2)
+    policy.explore_every = policy.explore_interval = 1  # would explore at every step
+    for slot in range(2):
+        policy.on_insert(slot, _request())
+        policy.admit(slot, 2)
+    counts = dict(policy.costs.count)
+    for _ in range(6):
+        out = policy.choose(_step([True, True], emitted=[1, 1], cost=_cost(2, 0, 0, 0.01)))
+        assert out.tolist() == [0, 0]
+    assert policy.num_choices == 0 and policy.costs.count[1] == counts[1] and policy.costs.count[0] > counts[0]
+    policy.on_clear(1)
+    policy.on_insert(1, _request())  # a drafting slot beside the draft-less one
+    policy.held = (1, 10**6)  # hold K = 1: slot 1 drafts one, slot 0 none
+    for _ in range(6):
+        out = policy.choose(_step([True, True], drafted=[0, 1], emitted=[1, 2], cost=_cost(2, 1, 1, 0.012)))
+        assert out.tolist() == [0, 1]
+    assert policy.costs.count[1] == counts[1]
 
 
 def test_build_policy_resolves_the_config():

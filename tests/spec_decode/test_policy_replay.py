@@ -8,7 +8,8 @@ Common random numbers: every contender sees the same load noise and the same acc
 import numpy as np
 import pytest
 
-from specworker.spec_decode.policy import AdaptivePolicy, PolicyStep, StepCost
+from specworker.spec_decode.policy import AdaptivePolicy, PolicyStep
+from specworker.spec_decode.step_cost_model import StepCost
 
 K_MAX = 3
 STEPS = 400
