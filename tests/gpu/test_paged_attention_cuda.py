@@ -7,8 +7,10 @@ replace the CPU op's errors: a row the CPU op would refuse gets a zero output ro
 nothing, every other row is unaffected. The output buffer starts as a poison pattern, so a row
 the kernel forgets to write shows up.
 
-Tolerance: float32 online softmax in 32-key tiles against the float64 reference, rtol = atol =
-1e-5; float16 / bfloat16 outputs within their rounding (inputs are already rounded to the dtype).
+bfloat16 runs on its tensor-core launcher (specworker_paged_attention_bf16_launch, dispatched like the Paddle
+binding does); tests/gpu/test_paged_attention_bf16_cuda.py adds what only that kernel has (chunk edges,
+splits, query tiles). Tolerance: float32 online softmax in 32-key tiles against the float64 reference,
+rtol = atol = 1e-5; float16 / bfloat16 outputs within their rounding (inputs are already rounded to the dtype).
 """
 
 import ctypes
@@ -17,7 +19,9 @@ import dataclasses
 import numpy as np
 import pytest
 
+from kernel_harness.paged_attention import DTYPE_CODE
 from tests.gpu.harness import ptr, raw_launcher, require_gpu, stream
+from tests.gpu.paged_attention_device import launch, run_cuda
 from tests.paged_attention_case_tests import (  # noqa: F401  written once, also run on the Paddle op
     check_against_reference, test_paged_attention_is_batch_invariant, test_paged_attention_literal_three_slots,
     test_paged_attention_matches_reference,
@@ -38,11 +42,9 @@ from reference.paged_attention import ref_paged_attention
 cp = require_gpu()
 
 NAME = "specworker_paged_attention_launch"
-DTYPE_CODE = {"float32": 0, "float16": 1, "bfloat16": 2}
 CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE = 0, 1
 TOL = {"float32": dict(rtol=1e-5, atol=1e-5), "float16": dict(rtol=1e-3, atol=1e-3),
        "bfloat16": dict(rtol=8e-3, atol=8e-3)}
-POISON_BYTE = 0xFF  # NaN in float32, float16 and bfloat16: an unwritten row cannot pass for zeros
 INVARIANCE = [
     (16, 64, (4, 2), 37, 4),
     (64, 128, (8, 1), 61, 4),
@@ -54,52 +56,6 @@ INVARIANCE = [
 
 def _raw():
     return raw_launcher(NAME)
-
-
-def to_device(x: np.ndarray, dtype: str):
-    """float32 values (already representable in dtype) as a device array of dtype's bits."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    if dtype == "float32":
-        return cp.asarray(x)
-    if dtype == "float16":
-        return cp.asarray(x.astype(np.float16))
-    return cp.asarray((x.view(np.uint32) >> 16).astype(np.uint16))  # bfloat16: CuPy has no such dtype
-
-
-def from_device(d, dtype: str) -> np.ndarray:
-    h = cp.asnumpy(d)
-    if dtype == "bfloat16":
-        return (h.astype(np.uint32) << 16).view(np.float32)
-    return h.astype(np.float32)
-
-
-def launch(case: AttentionCase, dtype: str = "float32", *, s=None, dims: dict | None = None):
-    """Runs the launcher on the case. Returns (rc, out, key_cache, value_cache) as float32 numpy;
-    `dims` overrides the integer sizes handed to the launcher (for the argument checks)."""
-    floats = {name: to_device(getattr(case, name), dtype) for name in ("q", "k", "v", "key_cache", "value_cache")}
-    ints = {name: cp.asarray(np.ascontiguousarray(getattr(case, name), dtype=np.int32))
-            for name in ("block_tables", "cu_seqlens_q", "seq_lens_decoder", "seq_lens_this_time", "batch_id_per_token")}
-    token_cap, num_heads, head_dim = case.q.shape
-    out = cp.empty(floats["q"].shape, dtype=floats["q"].dtype)
-    out.view(cp.uint8).fill(POISON_BYTE)
-    sizes = dict(token_cap=token_cap, bsz=case.seq_lens_this_time.reshape(-1).shape[0], num_heads=num_heads,
-                 num_kv_heads=case.k.shape[1], head_dim=head_dim, num_blocks=case.key_cache.shape[0],
-                 block_size=case.block_size, max_blocks=case.block_tables.shape[1])
-    sizes.update(dims or {})
-    rc = _raw()(*(ptr(floats[n]) for n in ("q", "k", "v", "key_cache", "value_cache")),
-                *(ptr(ints[n]) for n in ("block_tables", "cu_seqlens_q", "seq_lens_decoder", "seq_lens_this_time",
-                                         "batch_id_per_token")),
-                ptr(out), *sizes.values(), ctypes.c_float(case.scale), DTYPE_CODE[dtype],
-                stream() if s is None else ctypes.c_void_p(s.ptr))
-    cp.cuda.get_current_stream().synchronize()
-    return (rc, from_device(out, dtype), from_device(floats["key_cache"], dtype),
-            from_device(floats["value_cache"], dtype))
-
-
-def run_cuda(case: AttentionCase, dtype: str = "float32"):
-    rc, out, key_cache, value_cache = launch(case, dtype)
-    assert rc == CUDA_SUCCESS, f"{NAME} returned cudaError {rc}"
-    return out, key_cache, value_cache
 
 
 def _check_against_reference(case: AttentionCase, dtype: str, want=None):
