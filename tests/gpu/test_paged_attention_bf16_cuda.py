@@ -1,6 +1,6 @@
 """paged_attention's bfloat16 tensor-core kernel (specworker_paged_attention_bf16_launch) beyond the shared
 cases of test_paged_attention_cuda.py (literal, grid, batch invariance, head dims, which run it for bfloat16):
-256-key chunk edges and long histories, the model head layouts (query tiles of 16 / min(group, 16) rows,
+128-key chunk edges and long histories, the model head layouts (query tiles of 16 / min(group, 16) rows,
 head groups past 16 heads per kv head), batch invariance across chunks, splits and query tiles, bsz 128,
 the bounds checks of its own (a query tile whose first row is bad), the workspace check and graph capture.
 
@@ -24,7 +24,6 @@ cp = require_gpu()
 
 TOL = dict(rtol=8e-3, atol=8e-3)
 CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE = 0, 1
-CHUNK = 256  # keys per chunk of the kernel (paged_attention_bf16.cu)
 # (num_heads, num_kv_heads): SmolLM2 (group 3: tiles of 5 rows), Llama-3-8B (group 4), multi-query 32:1
 # (two head groups of 16), group 20 (head groups of 16 and 4), group 6 (tiles of 2 rows, 12 of 16 MMA rows).
 LAYOUTS = [(9, 3), (32, 8), (32, 1), (20, 1), (12, 2)]
@@ -38,9 +37,9 @@ def _slots(rng, specs, heads, head_dim):
     return [random_slot(rng, dec, length, *heads, head_dim, "bfloat16") for dec, length in specs]
 
 
-# Positions around the chunk edges: the last key of chunk 0 (255), the first of chunk 1 (256), a verify step
-# across the edge (254..257), the end of chunk 1 (511, 512), a long history (4000: 16 chunks).
-@pytest.mark.parametrize("dec", [0, 200, 252, 254, 255, 256, 508, 511, 1020, 4000])
+# Chunks of 128 keys, tiles of 64: the last key of chunk 0 (127), the first of chunk 1 (128), verify steps across
+# an edge (124..127, 126..129, 254..257), the middle tile edge (63, 64), a long history (4000: 32 chunks).
+@pytest.mark.parametrize("dec", [0, 60, 63, 124, 126, 127, 128, 254, 511, 4000])
 @pytest.mark.parametrize("heads, head_dim", [((9, 3), 64), ((32, 8), 128)])
 def test_paged_attention_bf16_cuda_chunk_edges(dec, heads, head_dim):
     rng = np.random.default_rng(dec + head_dim)
@@ -58,7 +57,7 @@ def test_paged_attention_bf16_cuda_head_layouts(heads, kind):
 
 @pytest.mark.parametrize("kind", ["mixed", "all_decode", "stopped"])
 def test_paged_attention_bf16_cuda_batch_128(kind):
-    """bsz 128 (the replay's largest batch), SmolLM2 heads, histories up to 480 positions (two chunks)."""
+    """bsz 128 (the replay's largest batch), SmolLM2 heads, histories up to 480 positions (four chunks)."""
     case = make_attention_case(128 + len(kind), 128, kind, block_size=16, head_dim=64, heads=(9, 3),
                                dtype="bfloat16", max_model_len=120)
     _check(case)
@@ -73,7 +72,7 @@ def test_paged_attention_bf16_cuda_bsz_1():
 # (block_size, head_dim, heads, dec, length): verify steps across a chunk edge and deep in a long history,
 # prefill chunks whose split (length // 3) is not a multiple of the query tile, head groups past 16.
 INVARIANCE = [
-    (16, 64, (9, 3), 253, 4),
+    (16, 64, (9, 3), 125, 4),
     (64, 128, (32, 8), 1000, 4),
     (16, 64, (9, 3), 0, 40),
     (16, 128, (32, 8), 250, 45),

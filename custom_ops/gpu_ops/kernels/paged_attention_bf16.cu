@@ -7,16 +7,16 @@
 //   2. ChunkKernel: one block of 4 warps per (query tile, kv head, head group, split). A query tile is
 //      up to QT = 16 / HU consecutive rows of one slot (the first at a local index that is a multiple of
 //      QT) times HU = min(group, 16) of the kv head's query heads: the 16 rows of one MMA. Keys are cut
-//      into chunks of kChunkKeys = 256 at fixed positions (chunk c = keys 256c .. 256c + 255), a chunk
-//      into tiles of 64 keys (cp.async double buffer), a tile among the warps (warp w: keys 16w .. 16w+15
-//      of every tile). Each warp keeps its own online softmax over its keys (S = Q K^T on tensor cores,
-//      scaled by scale * log2(e), masked past the row's position, m, l, P = exp2(S - m) rounded to bf16
-//      for P V on tensor cores); at the chunk's end the four warp states are merged in warp order into the
-//      chunk's (m, l, O). A row whose position p < 256 has one chunk and gets out = O / l here; other
-//      rows store the chunk's state in the workspace. Split z takes chunks z, z + S, ...: S (chosen by the
-//      launcher from the grid size) picks which block computes a chunk, never how.
-//   3. CombineKernel: one block per packed row; rows with chunks 0 .. p / 256 (more than one) merge their
-//      chunk states in chunk order; rows that cannot be computed get zeros.
+//      into chunks of kChunkKeys = 128 at fixed positions (chunk c = keys 128c .. 128c + 127), a chunk
+//      into two tiles of 64 keys (both in flight at once through a two-stage cp.async ring), a tile among
+//      the warps (warp w: keys 16w .. 16w + 15 of every tile). Each warp keeps its own online softmax over
+//      its keys (S = Q K^T on tensor cores, scaled by scale * log2(e), masked past the row's position, m, l,
+//      P = exp2(S - m) rounded to bf16 for P V on tensor cores); at the chunk's end the four warp states are
+//      merged in warp order into the chunk's (m, l, O). A row whose position p < 128 has one chunk and gets
+//      out = O / l here; other rows store the chunk's state in the workspace. Split z takes chunks z, z + S,
+//      ...: S (chosen by the launcher from the grid size) picks which block computes a chunk, never how.
+//   3. CombineKernel: one block per (packed row, head); rows with chunks 0 .. p / 128 (more than one)
+//      merge their chunk states in chunk order; rows that cannot be computed get zeros.
 // Batch invariance: a row's arithmetic is fixed by its position p, its q and its slot's keys: chunk and
 // tile edges sit at fixed key indices, a warp's keys are fixed by the key index, the MMA's output row
 // depends on its own A row only, masked keys (past p, or zero-filled past the tile's keys) add exact
@@ -54,7 +54,7 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRows = 16;                        // MMA rows of a block: query rows x heads
 constexpr int kTileKeys = 16 * kWarps;           // keys per shared-memory tile, 16 per warp
-constexpr int kChunkKeys = 256;                  // keys per chunk (fixed positions)
+constexpr int kChunkKeys = 128;                  // keys per chunk (fixed positions): two tiles
 constexpr int kPad = 8;                          // bf16 per shared row: ldmatrix conflict-free
 constexpr int kMaxHeadDim = 256;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -66,7 +66,7 @@ struct Tiling {
   int hu;      // of them in one block: min(group, 16)
   int qt;      // query rows per tile: 16 / hu
   int nsg;     // head groups per kv head: ceil(group / hu)
-  int nc;      // chunk slots per (row, head) in the workspace: ceil(max positions / 256)
+  int nc;      // chunk slots per (row, head) in the workspace: ceil(max positions / 128)
 };
 
 __host__ __device__ inline int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
@@ -85,29 +85,42 @@ struct Smem {
   static_assert(kWarps * kRows * DP * 4 <= 4 * kTile * 2, "the warp merge fits in the ring");
 };
 
-// Stages keys [key0, key0 + 64) of kv head g into (Ks, Vs); keys at or past key_end and keys whose block
-// is not valid are zero-filled (never read).
+// Element offset in the caches of every key of a chunk (kv head g), -1 past key_end or where the block is not
+// valid: one table lookup per key, in 32-bit arithmetic (positions fit in int32: the launcher checks).
+__device__ __forceinline__ void ChunkOffsets(const Params& a, int slot, int g, int key_begin, int key_end,
+                                             int64_t* s_off) {
+  for (int j = threadIdx.x; j < kChunkKeys; j += kThreads) {
+    const int pos = key_begin + j;
+    int64_t off = -1;
+    if (pos < key_end) {
+      const int32_t block = a.block_tables[static_cast<int64_t>(slot) * a.max_blocks + pos / a.block_size];
+      if (block >= 0 && block < a.num_blocks) {
+        off = ((static_cast<int64_t>(block) * a.num_kv_heads + g) * a.block_size + pos % a.block_size) * a.head_dim;
+      }
+    }
+    s_off[j] = off;
+  }
+}
+
+// Stages the chunk's keys [64 i, 64 i + 64) into (Ks, Vs) from their offsets; keys with offset -1 are
+// zero-filled (never read).
 template <int DP, bool kVec>
-__device__ __forceinline__ void LoadTile(const Params& a, int slot, int g, int64_t key0, int64_t key_end,
-                                         const bf16* __restrict__ kc, const bf16* __restrict__ vc,
-                                         bf16* Ks, bf16* Vs) {
+__device__ __forceinline__ void LoadTile(int head_dim, const int64_t* s_off, int i, const bf16* __restrict__ kc,
+                                         const bf16* __restrict__ vc, bf16* Ks, bf16* Vs) {
   constexpr int kChunksPerRow = DP / 8;
-  const int D = a.head_dim;
   for (int e = threadIdx.x; e < kTileKeys * kChunksPerRow; e += kThreads) {
     const int key = e / kChunksPerRow, col = (e % kChunksPerRow) * 8;
-    const int64_t pos = key0 + key;
-    int64_t block = -1;
-    if (pos < key_end) block = BlockOf(a, slot, pos);
-    const int64_t row = block >= 0 ? ((block * a.num_kv_heads + g) * a.block_size + pos % a.block_size) * D : 0;
-    const bool ok = block >= 0 && col < D;
+    const int64_t off = s_off[kTileKeys * i + key];
+    const bool ok = off >= 0 && col < head_dim;
+    const int64_t row = ok ? off : 0;
     bf16* kd = Ks + key * Smem<DP>::kStride + col;
     bf16* vd = Vs + key * Smem<DP>::kStride + col;
     if (kVec) {
       CpAsync16(kd, ok ? kc + row + col : kc, ok);
       CpAsync16(vd, ok ? vc + row + col : vc, ok);
     } else {
-      *reinterpret_cast<uint4*>(kd) = Load8(kc + row, col, D, ok);
-      *reinterpret_cast<uint4*>(vd) = Load8(vc + row, col, D, ok);
+      *reinterpret_cast<uint4*>(kd) = Load8(kc + row, col, head_dim, ok);
+      *reinterpret_cast<uint4*>(vd) = Load8(vc + row, col, head_dim, ok);
     }
   }
 }
@@ -203,6 +216,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ int64_t row_p[kRows];  // position, -1: not a row of this block
   __shared__ int row_t[kRows], row_h[kRows];
   __shared__ float warp_m[kWarps][kRows], warp_l[kWarps][kRows];
+  __shared__ int64_t s_off[kChunkKeys];  // the chunk's cache offsets (ChunkOffsets)
 
   const int t0 = blockIdx.x;
   const int kvh = blockIdx.y / g.nsg, sg = blockIdx.y % g.nsg;
@@ -253,23 +267,27 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < 4; ++j) st.acc[n][j] = 0.0f;
 
-    LoadTile<DP, kVec>(a, b, kvh, key_begin, key_end, kc, vc, ring, ring + Smem<DP>::kTile);
-    CpAsyncCommit();
-    for (int it = 0; it < n_tiles; ++it) {
-      if (it + 1 < n_tiles) {
-        bf16* stage = ring + 2 * ((it + 1) % 2) * Smem<DP>::kTile;
-        LoadTile<DP, kVec>(a, b, kvh, key_begin + (it + 1) * kTileKeys, key_end, kc, vc, stage,
-                           stage + Smem<DP>::kTile);
+    ChunkOffsets(a, b, kvh, static_cast<int>(key_begin), static_cast<int>(key_end), s_off);
+    __syncthreads();
+    // Ring of two stages: tiles 0 and 1 in flight from the start, tile it + 2 issued once tile it is done.
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (i < n_tiles) {
+        LoadTile<DP, kVec>(D, s_off, i, kc, vc, ring + 2 * i * Smem<DP>::kTile, ring + (2 * i + 1) * Smem<DP>::kTile);
       }
       CpAsyncCommit();
+    }
+    for (int it = 0; it < n_tiles; ++it) {
       CpAsyncWait<1>();  // tile it has landed (this thread's copies) ...
       __syncthreads();   // ... and everyone's; Qs is written too
+      bf16* stage = ring + 2 * (it % 2) * Smem<DP>::kTile;
       const int64_t kb = key_begin + it * kTileKeys + 16 * warp;
       if (kb < key_end) {  // a warp past the keys would add exact zeros: skipping it changes no bit
-        const bf16* stage = ring + 2 * (it % 2) * Smem<DP>::kTile;
         WarpTile<DP>(st, Qs, stage, stage + Smem<DP>::kTile, warp, lane, kb, lim, scale_log2);
       }
-      __syncthreads();  // the next iteration's copies overwrite this stage
+      __syncthreads();  // every warp is done with this stage
+      if (it + 2 < n_tiles) LoadTile<DP, kVec>(D, s_off, it + 2, kc, vc, stage, stage + Smem<DP>::kTile);
+      CpAsyncCommit();
     }
     CpAsyncWait<0>();
     __syncthreads();
@@ -295,7 +313,7 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t p = row_p[r];
       if (p < 0 || d >= D || p / kChunkKeys < c) continue;  // not a row, or it does not reach chunk c
       float m = -INFINITY;
-      for (int w = 0; w < kWarps; ++w) m = fmaxf(m, warp_m[w][r]);  // finite: key 256c <= p is in
+      for (int w = 0; w < kWarps; ++w) m = fmaxf(m, warp_m[w][r]);  // finite: key 128c <= p is in
       float l = 0.0f, o = 0.0f;
       for (int w = 0; w < kWarps; ++w) {
         const float f = exp2f(__fsub_rn(warp_m[w][r], m));
@@ -315,14 +333,15 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One block per packed row: zero rows that cannot be computed, merge the chunks of rows with p >= 256.
+// One block per (packed row, head), threads over head_dim: zero a row that cannot be computed, merge the chunk
+// states of a row with p >= 128 in chunk order.
 __global__ void __launch_bounds__(kThreads)
     CombineKernel(Params a, Tiling g, const float* __restrict__ ws_o, const float* __restrict__ ws_ml,
                   bf16* __restrict__ out) {
-  const int t = blockIdx.x;
+  extern __shared__ float s_f[];  // [nc]: exp2(m_c - m) of each chunk, then l in s_f[nc]
+  const int t = blockIdx.x, h = blockIdx.y;
   const int D = a.head_dim;
-  const int64_t row_elems = static_cast<int64_t>(a.num_heads) * D;
-  bf16* o_row = out + t * row_elems;
+  bf16* o_row = out + (static_cast<int64_t>(t) * a.num_heads + h) * D;
   const RowPos r = ResolveRow(a, t);
   int bad = r.slot < 0;
   if (!bad) {
@@ -335,23 +354,29 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   if (__syncthreads_or(bad)) {
-    for (int64_t e = threadIdx.x; e < row_elems; e += kThreads) o_row[e] = __float2bfloat16_rn(0.0f);
+    for (int d = threadIdx.x; d < D; d += kThreads) o_row[d] = __float2bfloat16_rn(0.0f);
     return;
   }
   if (r.pos < kChunkKeys) return;  // one chunk: ChunkKernel wrote the row
   const int n_chunks = static_cast<int>(r.pos / kChunkKeys) + 1;
-  for (int64_t e = threadIdx.x; e < row_elems; e += kThreads) {
-    const int h = static_cast<int>(e / D), d = static_cast<int>(e % D);
-    const int64_t i0 = PartialIndex(a, g, t, h, 0);
+  const int64_t i0 = PartialIndex(a, g, t, h, 0);
+  if (threadIdx.x == 0) {  // one thread, chunk order: the weights and the sum
     float m = -INFINITY;
     for (int c = 0; c < n_chunks; ++c) m = fmaxf(m, ws_ml[2 * (i0 + c)]);
-    float l = 0.0f, o = 0.0f;
+    float l = 0.0f;
     for (int c = 0; c < n_chunks; ++c) {
-      const float f = exp2f(__fsub_rn(ws_ml[2 * (i0 + c)], m));
-      l = __fadd_rn(l, __fmul_rn(ws_ml[2 * (i0 + c) + 1], f));
-      o = __fadd_rn(o, __fmul_rn(ws_o[(i0 + c) * D + d], f));
+      s_f[c] = exp2f(__fsub_rn(ws_ml[2 * (i0 + c)], m));
+      l = __fadd_rn(l, __fmul_rn(ws_ml[2 * (i0 + c) + 1], s_f[c]));
     }
-    o_row[e] = __float2bfloat16_rn(__fdiv_rn(o, l));
+    s_f[g.nc] = l;
+  }
+  __syncthreads();
+  const float l = s_f[g.nc];
+  for (int d = threadIdx.x; d < D; d += kThreads) {
+    float o = 0.0f;
+#pragma unroll 8
+    for (int c = 0; c < n_chunks; ++c) o = __fadd_rn(o, __fmul_rn(ws_o[(i0 + c) * D + d], s_f[c]));
+    o_row[d] = __float2bfloat16_rn(__fdiv_rn(o, l));
   }
 }
 
@@ -416,7 +441,8 @@ extern "C" int specworker_paged_attention_bf16_launch(
     cudaStream_t stream) {
   if (token_cap < 0 || bsz < 0 || num_heads < 1 || num_kv_heads < 1 || num_heads % num_kv_heads != 0 ||
       num_kv_heads > kMaxGrid || head_dim < 1 || head_dim > kMaxHeadDim || num_blocks < 0 || block_size < 1 ||
-      max_blocks_per_seq < 0) {
+      max_blocks_per_seq < 0 || static_cast<int64_t>(max_blocks_per_seq) * block_size > INT32_MAX ||
+      num_heads > kMaxGrid) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   const Tiling g = MakeTiling(num_heads, num_kv_heads, block_size, max_blocks_per_seq);
@@ -443,6 +469,11 @@ extern "C" int specworker_paged_attention_bf16_launch(
   const int rc = vec ? LaunchFor<true>(dp, a, g, q, key_cache, value_cache, out, ws_o, ws_ml, token_cap, stream)
                      : LaunchFor<false>(dp, a, g, q, key_cache, value_cache, out, ws_o, ws_ml, token_cap, stream);
   if (rc != 0) return rc;
-  CombineKernel<<<token_cap, kThreads, 0, stream>>>(a, g, ws_o, ws_ml, out);
+  const int combine_bytes = (g.nc + 1) * 4;
+  if (combine_bytes > 48 * 1024) {
+    err = cudaFuncSetAttribute(CombineKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, combine_bytes);
+    if (err != cudaSuccess) return static_cast<int>(err);
+  }
+  CombineKernel<<<dim3(token_cap, num_heads), kThreads, combine_bytes, stream>>>(a, g, ws_o, ws_ml, out);
   return static_cast<int>(cudaGetLastError());
 }

@@ -9,7 +9,7 @@ extern "C" {
 #endif
 
 // Bytes of float32 workspace the launcher below needs: token_cap * num_heads * nc * (head_dim + 2) * 4 with
-// nc = ceil(max_blocks_per_seq * block_size / 256), the per-(row, head) states of 256-key chunks. -1 for a
+// nc = ceil(max_blocks_per_seq * block_size / 128), the per-(row, head) states of 128-key chunks. -1 for a
 // negative size or block_size < 1.
 int64_t specworker_paged_attention_bf16_workspace_bytes(int token_cap, int num_heads, int head_dim,
                                                         int block_size, int max_blocks_per_seq);
@@ -27,7 +27,8 @@ int64_t specworker_paged_attention_bf16_workspace_bytes(int token_cap, int num_h
 // Index values are bound-checked, not reported (no host sync), as in specworker_paged_attention_launch; a row
 // whose query tile's first row (local index rounded down to a multiple of 16 / min(group, 16)) cannot be
 // computed is zero too. Returns the cudaError_t as an int: cudaErrorInvalidValue for bad sizes (num_heads
-// not a multiple of num_kv_heads, head_dim outside [1, 256], a workspace smaller than needed, ...);
+// not a multiple of num_kv_heads, head_dim outside [1, 256], num_heads > 65535, max_blocks_per_seq * block_size
+// past INT32_MAX, a workspace smaller than needed, ...);
 // cudaErrorNotSupported before sm_80; else the launches' error (0 on success). No launch when token_cap == 0.
 int specworker_paged_attention_bf16_launch(const __nv_bfloat16* q, const __nv_bfloat16* k,
                                            const __nv_bfloat16* v, __nv_bfloat16* key_cache,
