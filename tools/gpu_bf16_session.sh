@@ -3,7 +3,8 @@
 # CUDA bindings compile (in the background), the bf16 kernels' tests, compute-sanitizer memcheck over a subset of
 # them, then the given benchmarks. Usage on that machine, from the repo root:
 #   tools/gpu_bf16_session.sh PADDLE_INCLUDE_TGZ [benchmark.py ...]
-# Env: TESTS (pytest paths), MEMCHECK_K (pytest -k of the memcheck run, empty: skip), BENCH_TIMEOUT (s).
+# Env: TESTS (pytest paths), MEMCHECK_K (pytest -k of the memcheck run, empty: skip), BENCH_TIMEOUT (s),
+# SKIP_BINDINGS=1 (no bindings compile).
 # Logs and JSON go to $OUT (or ./gpu_out).
 set -uo pipefail
 tgz=${1:?usage: $0 PADDLE_INCLUDE_TGZ [benchmark.py ...]}
@@ -13,8 +14,11 @@ mkdir -p "$out" /tmp/pinc
 export PYTHONUNBUFFERED=1 SPECWORKER_GPU_BUILD=/tmp/swk
 tar xzf "$tgz" -C /tmp/pinc
 status=0
-tools/check_paddle_cuda_bindings.sh /tmp/pinc/include sm_90 >"$out/bindings.log" 2>&1 &
-bindings=$!
+bindings=
+if [ -z "${SKIP_BINDINGS:-}" ]; then
+  tools/check_paddle_cuda_bindings.sh /tmp/pinc/include sm_90 >"$out/bindings.log" 2>&1 &
+  bindings=$!
+fi
 start=$(date +%s)
 python3 -c "from kernel_harness import kernels_lib; kernels_lib()" || exit 1
 echo "== harness build $(( $(date +%s) - start ))s"
@@ -36,7 +40,9 @@ for bench in "$@"; do
   timeout "${BENCH_TIMEOUT:-200}" python3 "$bench" --out "$out/$(basename "$bench" .py).json" 2>&1 \
     | tee -a "$out/bench.log" | tail -"${BENCH_TAIL:-40}" || status=1
 done
-wait $bindings || status=1
-echo "== paddle CUDA bindings"
-grep -E "binding (FAILED)|paddle-cuda-bindings|paged_attention|linear_bf16" "$out/bindings.log" | head
+if [ -n "$bindings" ]; then
+  wait "$bindings" || status=1
+  echo "== paddle CUDA bindings"
+  grep -E "binding (FAILED)|paddle-cuda-bindings|paged_attention|linear_bf16" "$out/bindings.log" | head
+fi
 exit $status
