@@ -469,7 +469,8 @@ extern "C" int specworker_paged_attention_bf16_launch(
   const int rc = vec ? LaunchFor<true>(dp, a, g, q, key_cache, value_cache, out, ws_o, ws_ml, token_cap, stream)
                      : LaunchFor<false>(dp, a, g, q, key_cache, value_cache, out, ws_o, ws_ml, token_cap, stream);
   if (rc != 0) return rc;
-  const int combine_bytes = (g.nc + 1) * 4;
+  // The chunk weights and l, rounded up and padded: the unrolled chunk loop may load the weights 4 at a time.
+  const int combine_bytes = ((g.nc + 1 + 7) / 8 * 8 + 8) * 4;
   if (combine_bytes > 48 * 1024) {
     err = cudaFuncSetAttribute(CombineKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, combine_bytes);
     if (err != cudaSuccess) return static_cast<int>(err);
