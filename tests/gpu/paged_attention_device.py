@@ -10,6 +10,7 @@ import numpy as np
 
 from kernel_harness import paged_attention
 from tests.gpu.harness import require_gpu, stream
+from reference.paged_attention import ref_paged_attention
 from tests.paged_attention_cases import AttentionCase
 
 cp = require_gpu()
@@ -60,4 +61,15 @@ def launch(case: AttentionCase, dtype: str = "float32", *, s=None, dims: dict | 
 def run_cuda(case: AttentionCase, dtype: str = "float32"):
     rc, out, key_cache, value_cache = launch(case, dtype)
     assert rc == CUDA_SUCCESS, f"paged_attention ({dtype}) launcher returned cudaError {rc}"
+    return out, key_cache, value_cache
+
+
+def expect_with_skips(case: AttentionCase, zero_rows=(), unwritten=()):
+    """The reference on the valid case, with `zero_rows` zeroed and the cache entries (block, offset) of
+    `unwritten` left as they were before the step: what the kernels give where the CPU op would raise."""
+    out, key_cache, value_cache = ref_paged_attention(*case.args(), case.block_size, case.scale)
+    out[list(zero_rows)] = 0
+    for block, offset in unwritten:
+        key_cache[block, :, offset] = case.key_cache[block, :, offset]
+        value_cache[block, :, offset] = case.value_cache[block, :, offset]
     return out, key_cache, value_cache

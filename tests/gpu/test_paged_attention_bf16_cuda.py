@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 
 from kernel_harness import paged_attention
-from reference.paged_attention import ref_paged_attention
 from tests.gpu.harness import require_gpu
-from tests.gpu.paged_attention_device import launch, run_cuda, to_device
+from tests.gpu.paged_attention_device import expect_with_skips, launch, run_cuda, to_device
 from tests.paged_attention_case_tests import check_against_reference
 from tests.paged_attention_cases import invariance_runs, literal_case, make_attention_case, pack_case, random_slot
 
@@ -126,20 +125,11 @@ def _case_with_tiles():
     return pack_case(rng, slots, 16, garbage="large", dtype="bfloat16")
 
 
-def _expect(case, zero_rows=(), unwritten=()):
-    out, key_cache, value_cache = ref_paged_attention(*case.args(), case.block_size, case.scale)
-    out[list(zero_rows)] = 0
-    for block, offset in unwritten:
-        key_cache[block, :, offset] = case.key_cache[block, :, offset]
-        value_cache[block, :, offset] = case.value_cache[block, :, offset]
-    return out, key_cache, value_cache
-
-
 def test_paged_attention_bf16_cuda_missing_history_block():
     """block_tables[0, 3] = -1 (positions 48..63 of slot 0): every row of slot 0 reads it and is zero; the
     other slots and slot 0's own cache writes are unaffected."""
     case = _case_with_tiles()
-    want = _expect(case, zero_rows=range(4))
+    want = expect_with_skips(case, zero_rows=range(4))
     case.block_tables[0, 3] = -1
     check_against_reference(run_cuda(case, "bfloat16"), case, TOL, want)
 
@@ -150,7 +140,7 @@ def test_paged_attention_bf16_cuda_bad_first_row_of_a_query_tile():
     (the first and third tiles) are unaffected. Rows of other tiles never read positions 5..9 past their own."""
     case = _case_with_tiles()
     block = int(case.block_tables[1, 0])
-    want = _expect(case, zero_rows=range(9, 14), unwritten=[(block, 5)])
+    want = expect_with_skips(case, zero_rows=range(9, 14), unwritten=[(block, 5)])
     case.batch_id_per_token[9] = -1
     # Rows 10..13 (positions 6..9) are still written by the append; rows 14, 15 read key 5, which was not.
     out, key_cache, value_cache = run_cuda(case, "bfloat16")

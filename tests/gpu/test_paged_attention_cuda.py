@@ -21,7 +21,7 @@ import pytest
 
 from kernel_harness.paged_attention import DTYPE_CODE
 from tests.gpu.harness import ptr, raw_launcher, require_gpu, stream
-from tests.gpu.paged_attention_device import launch, run_cuda
+from tests.gpu.paged_attention_device import expect_with_skips, launch, run_cuda
 from tests.paged_attention_case_tests import (  # noqa: F401  written once, also run on the Paddle op
     check_against_reference, test_paged_attention_is_batch_invariant, test_paged_attention_literal_three_slots,
     test_paged_attention_matches_reference,
@@ -37,7 +37,6 @@ from tests.paged_attention_cases import (
     pack_case,
     random_slot,
 )
-from reference.paged_attention import ref_paged_attention
 
 cp = require_gpu()
 
@@ -133,23 +132,12 @@ def _mixed_case(seed=0):
     return pack_case(rng, slots, 16, garbage="large")
 
 
-def _expect(case, zero_rows=(), unwritten=()):
-    """The reference on the valid case, with `zero_rows` zeroed and the cache entries
-    (block, offset) of `unwritten` left as they were before the step."""
-    out, key_cache, value_cache = ref_paged_attention(*case.args(), case.block_size, case.scale)
-    out[list(zero_rows)] = 0
-    for block, offset in unwritten:
-        key_cache[block, :, offset] = case.key_cache[block, :, offset]
-        value_cache[block, :, offset] = case.value_cache[block, :, offset]
-    return out, key_cache, value_cache
-
-
 def test_paged_attention_cuda_missing_block_of_new_tokens():
     """block_tables[0, 2] = -1 (positions 32, 33): rows 2, 3 of slot 0 are zeros and not written;
     rows 0, 1 (positions 30, 31 in block 1) are computed and written as usual."""
     case = _mixed_case()
     lost = int(case.block_tables[0, 2])
-    want = _expect(case, zero_rows=(2, 3), unwritten=[(lost, 0), (lost, 1)])
+    want = expect_with_skips(case, zero_rows=(2, 3), unwritten=[(lost, 0), (lost, 1)])
     case.block_tables[0, 2] = -1
     _check_against_reference(case, "float32", want)
 
@@ -159,7 +147,7 @@ def test_paged_attention_cuda_missing_block_of_history(bad):
     """A history block outside [0, num_blocks): every row of slot 0 reads it, so all are zeros;
     their own positions are still written (their blocks are valid)."""
     case = _mixed_case()
-    want = _expect(case, zero_rows=range(4))
+    want = expect_with_skips(case, zero_rows=range(4))
     case.block_tables[0, 0] = case.key_cache.shape[0] if bad == "num_blocks" else bad
     _check_against_reference(case, "float32", want)
 
@@ -169,7 +157,7 @@ def test_paged_attention_cuda_position_past_table_capacity():
     rows, and its positions 7..9 are not written."""
     case = _mixed_case()
     block = int(case.block_tables[2, 0])
-    want = _expect(case, zero_rows=(6, 7, 8), unwritten=[(block, 7), (block, 8), (block, 9)])
+    want = expect_with_skips(case, zero_rows=(6, 7, 8), unwritten=[(block, 7), (block, 8), (block, 9)])
     case.seq_lens_decoder[2] = case.block_tables.shape[1] * case.block_size
     _check_against_reference(case, "float32", want)
 
@@ -178,7 +166,7 @@ def test_paged_attention_cuda_negative_decoder_length():
     """seq_lens_decoder[1] < 0: slot 1's rows 4, 5 are zeros and its positions 50, 51 not written."""
     case = _mixed_case()
     block = int(case.block_tables[1, 50 // 16])
-    want = _expect(case, zero_rows=(4, 5), unwritten=[(block, 50 % 16), (block, 51 % 16)])
+    want = expect_with_skips(case, zero_rows=(4, 5), unwritten=[(block, 50 % 16), (block, 51 % 16)])
     case.seq_lens_decoder[1] = -3
     _check_against_reference(case, "float32", want)
 
@@ -189,7 +177,7 @@ def test_paged_attention_cuda_bad_batch_id(bad_id):
     not written; the slot's other rows do not read position 33, so they are unaffected."""
     case = _mixed_case()
     block = int(case.block_tables[0, 2])
-    want = _expect(case, zero_rows=(3,), unwritten=[(block, 1)])
+    want = expect_with_skips(case, zero_rows=(3,), unwritten=[(block, 1)])
     case.batch_id_per_token[3] = bad_id
     _check_against_reference(case, "float32", want)
 
@@ -199,7 +187,7 @@ def test_paged_attention_cuda_local_index_past_seq_lens_this_time():
     and not written (positions 2..4 of its block)."""
     case = _mixed_case()
     block = int(case.block_tables[3, 0])
-    want = _expect(case, zero_rows=(11, 12, 13), unwritten=[(block, 2), (block, 3), (block, 4)])
+    want = expect_with_skips(case, zero_rows=(11, 12, 13), unwritten=[(block, 2), (block, 3), (block, 4)])
     case.seq_lens_this_time[3] = 2
     _check_against_reference(case, "float32", want)
 
