@@ -7,8 +7,10 @@ replace the CPU op's errors: a row the CPU op would refuse gets a zero output ro
 nothing, every other row is unaffected. The output buffer starts as a poison pattern, so a row
 the kernel forgets to write shows up.
 
-Tolerance: float32 online softmax in 32-key tiles against the float64 reference, rtol = atol =
-1e-5; float16 / bfloat16 outputs within their rounding (inputs are already rounded to the dtype).
+bfloat16 runs on its tensor-core launcher (specworker_paged_attention_bf16_launch, dispatched like the Paddle
+binding does); tests/gpu/test_paged_attention_bf16_cuda.py adds what only that kernel has (chunk edges,
+splits, query tiles). Tolerance: float32 online softmax in 32-key tiles against the float64 reference,
+rtol = atol = 1e-5; float16 / bfloat16 outputs within their rounding (inputs are already rounded to the dtype).
 """
 
 import ctypes
@@ -17,7 +19,9 @@ import dataclasses
 import numpy as np
 import pytest
 
+from kernel_harness.paged_attention import DTYPE_CODE
 from tests.gpu.harness import ptr, raw_launcher, require_gpu, stream
+from tests.gpu.paged_attention_device import expect_with_skips, launch, run_cuda
 from tests.paged_attention_case_tests import (  # noqa: F401  written once, also run on the Paddle op
     check_against_reference, test_paged_attention_is_batch_invariant, test_paged_attention_literal_three_slots,
     test_paged_attention_matches_reference,
@@ -33,16 +37,13 @@ from tests.paged_attention_cases import (
     pack_case,
     random_slot,
 )
-from reference.paged_attention import ref_paged_attention
 
 cp = require_gpu()
 
 NAME = "specworker_paged_attention_launch"
-DTYPE_CODE = {"float32": 0, "float16": 1, "bfloat16": 2}
 CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE = 0, 1
 TOL = {"float32": dict(rtol=1e-5, atol=1e-5), "float16": dict(rtol=1e-3, atol=1e-3),
        "bfloat16": dict(rtol=8e-3, atol=8e-3)}
-POISON_BYTE = 0xFF  # NaN in float32, float16 and bfloat16: an unwritten row cannot pass for zeros
 INVARIANCE = [
     (16, 64, (4, 2), 37, 4),
     (64, 128, (8, 1), 61, 4),
@@ -54,52 +55,6 @@ INVARIANCE = [
 
 def _raw():
     return raw_launcher(NAME)
-
-
-def to_device(x: np.ndarray, dtype: str):
-    """float32 values (already representable in dtype) as a device array of dtype's bits."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    if dtype == "float32":
-        return cp.asarray(x)
-    if dtype == "float16":
-        return cp.asarray(x.astype(np.float16))
-    return cp.asarray((x.view(np.uint32) >> 16).astype(np.uint16))  # bfloat16: CuPy has no such dtype
-
-
-def from_device(d, dtype: str) -> np.ndarray:
-    h = cp.asnumpy(d)
-    if dtype == "bfloat16":
-        return (h.astype(np.uint32) << 16).view(np.float32)
-    return h.astype(np.float32)
-
-
-def launch(case: AttentionCase, dtype: str = "float32", *, s=None, dims: dict | None = None):
-    """Runs the launcher on the case. Returns (rc, out, key_cache, value_cache) as float32 numpy;
-    `dims` overrides the integer sizes handed to the launcher (for the argument checks)."""
-    floats = {name: to_device(getattr(case, name), dtype) for name in ("q", "k", "v", "key_cache", "value_cache")}
-    ints = {name: cp.asarray(np.ascontiguousarray(getattr(case, name), dtype=np.int32))
-            for name in ("block_tables", "cu_seqlens_q", "seq_lens_decoder", "seq_lens_this_time", "batch_id_per_token")}
-    token_cap, num_heads, head_dim = case.q.shape
-    out = cp.empty(floats["q"].shape, dtype=floats["q"].dtype)
-    out.view(cp.uint8).fill(POISON_BYTE)
-    sizes = dict(token_cap=token_cap, bsz=case.seq_lens_this_time.reshape(-1).shape[0], num_heads=num_heads,
-                 num_kv_heads=case.k.shape[1], head_dim=head_dim, num_blocks=case.key_cache.shape[0],
-                 block_size=case.block_size, max_blocks=case.block_tables.shape[1])
-    sizes.update(dims or {})
-    rc = _raw()(*(ptr(floats[n]) for n in ("q", "k", "v", "key_cache", "value_cache")),
-                *(ptr(ints[n]) for n in ("block_tables", "cu_seqlens_q", "seq_lens_decoder", "seq_lens_this_time",
-                                         "batch_id_per_token")),
-                ptr(out), *sizes.values(), ctypes.c_float(case.scale), DTYPE_CODE[dtype],
-                stream() if s is None else ctypes.c_void_p(s.ptr))
-    cp.cuda.get_current_stream().synchronize()
-    return (rc, from_device(out, dtype), from_device(floats["key_cache"], dtype),
-            from_device(floats["value_cache"], dtype))
-
-
-def run_cuda(case: AttentionCase, dtype: str = "float32"):
-    rc, out, key_cache, value_cache = launch(case, dtype)
-    assert rc == CUDA_SUCCESS, f"{NAME} returned cudaError {rc}"
-    return out, key_cache, value_cache
 
 
 def _check_against_reference(case: AttentionCase, dtype: str, want=None):
@@ -177,23 +132,12 @@ def _mixed_case(seed=0):
     return pack_case(rng, slots, 16, garbage="large")
 
 
-def _expect(case, zero_rows=(), unwritten=()):
-    """The reference on the valid case, with `zero_rows` zeroed and the cache entries
-    (block, offset) of `unwritten` left as they were before the step."""
-    out, key_cache, value_cache = ref_paged_attention(*case.args(), case.block_size, case.scale)
-    out[list(zero_rows)] = 0
-    for block, offset in unwritten:
-        key_cache[block, :, offset] = case.key_cache[block, :, offset]
-        value_cache[block, :, offset] = case.value_cache[block, :, offset]
-    return out, key_cache, value_cache
-
-
 def test_paged_attention_cuda_missing_block_of_new_tokens():
     """block_tables[0, 2] = -1 (positions 32, 33): rows 2, 3 of slot 0 are zeros and not written;
     rows 0, 1 (positions 30, 31 in block 1) are computed and written as usual."""
     case = _mixed_case()
     lost = int(case.block_tables[0, 2])
-    want = _expect(case, zero_rows=(2, 3), unwritten=[(lost, 0), (lost, 1)])
+    want = expect_with_skips(case, zero_rows=(2, 3), unwritten=[(lost, 0), (lost, 1)])
     case.block_tables[0, 2] = -1
     _check_against_reference(case, "float32", want)
 
@@ -203,7 +147,7 @@ def test_paged_attention_cuda_missing_block_of_history(bad):
     """A history block outside [0, num_blocks): every row of slot 0 reads it, so all are zeros;
     their own positions are still written (their blocks are valid)."""
     case = _mixed_case()
-    want = _expect(case, zero_rows=range(4))
+    want = expect_with_skips(case, zero_rows=range(4))
     case.block_tables[0, 0] = case.key_cache.shape[0] if bad == "num_blocks" else bad
     _check_against_reference(case, "float32", want)
 
@@ -213,7 +157,7 @@ def test_paged_attention_cuda_position_past_table_capacity():
     rows, and its positions 7..9 are not written."""
     case = _mixed_case()
     block = int(case.block_tables[2, 0])
-    want = _expect(case, zero_rows=(6, 7, 8), unwritten=[(block, 7), (block, 8), (block, 9)])
+    want = expect_with_skips(case, zero_rows=(6, 7, 8), unwritten=[(block, 7), (block, 8), (block, 9)])
     case.seq_lens_decoder[2] = case.block_tables.shape[1] * case.block_size
     _check_against_reference(case, "float32", want)
 
@@ -222,7 +166,7 @@ def test_paged_attention_cuda_negative_decoder_length():
     """seq_lens_decoder[1] < 0: slot 1's rows 4, 5 are zeros and its positions 50, 51 not written."""
     case = _mixed_case()
     block = int(case.block_tables[1, 50 // 16])
-    want = _expect(case, zero_rows=(4, 5), unwritten=[(block, 50 % 16), (block, 51 % 16)])
+    want = expect_with_skips(case, zero_rows=(4, 5), unwritten=[(block, 50 % 16), (block, 51 % 16)])
     case.seq_lens_decoder[1] = -3
     _check_against_reference(case, "float32", want)
 
@@ -233,7 +177,7 @@ def test_paged_attention_cuda_bad_batch_id(bad_id):
     not written; the slot's other rows do not read position 33, so they are unaffected."""
     case = _mixed_case()
     block = int(case.block_tables[0, 2])
-    want = _expect(case, zero_rows=(3,), unwritten=[(block, 1)])
+    want = expect_with_skips(case, zero_rows=(3,), unwritten=[(block, 1)])
     case.batch_id_per_token[3] = bad_id
     _check_against_reference(case, "float32", want)
 
@@ -243,7 +187,7 @@ def test_paged_attention_cuda_local_index_past_seq_lens_this_time():
     and not written (positions 2..4 of its block)."""
     case = _mixed_case()
     block = int(case.block_tables[3, 0])
-    want = _expect(case, zero_rows=(11, 12, 13), unwritten=[(block, 2), (block, 3), (block, 4)])
+    want = expect_with_skips(case, zero_rows=(11, 12, 13), unwritten=[(block, 2), (block, 3), (block, 4)])
     case.seq_lens_this_time[3] = 2
     _check_against_reference(case, "float32", want)
 

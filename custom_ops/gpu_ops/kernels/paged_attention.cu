@@ -1,5 +1,5 @@
-// paged_attention CUDA kernels: append this step's K/V to the paged cache, then causal attention
-// of each packed query row over its slot's cache (definition: cpu_ops/paged_attention.cc).
+// paged_attention CUDA kernels for float32 and float16 (bfloat16 runs on tensor cores: paged_attention_bf16.cu):
+// append this step's K/V to the paged cache, then causal attention of each packed query row over its slot's cache (definition: cpu_ops/paged_attention.cc).
 //   q [T_cap, H, D]; k, v [T_cap, KVH, D]; key_cache, value_cache [num_blocks, KVH, block_size, D]
 //   (in place); block_tables [>= bsz, max_blocks]; cu_seqlens_q [bsz + 1]; seq_lens_decoder,
 //   seq_lens_this_time [bsz]; batch_id_per_token [T_cap]  ->  out [T_cap, H, D].
@@ -25,17 +25,22 @@
 // are neither written nor computed.
 #include <math.h>
 
-#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "dtype_convert.cuh"
 
 #include "paged_attention.h"
+#include "paged_kv.cuh"
 
 namespace {
 
 using specworker::FromFloat;
 using specworker::ToFloat;
+using specworker::paged::AppendKernel;
+using specworker::paged::BlockOf;
+using specworker::paged::Params;
+using specworker::paged::ResolveRow;
+using specworker::paged::RowPos;
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
@@ -44,60 +49,6 @@ constexpr int kKeysPerWarp = kTile / kWarps;   // 8
 constexpr int kMaxHeadDim = 256;
 constexpr int kQPerLane = kMaxHeadDim / 32;    // q elements each lane keeps in registers
 constexpr int kDimsPerThread = kMaxHeadDim / kThreads;  // output dims each thread accumulates
-
-struct Params {
-  const int32_t* block_tables;
-  const int32_t* cu_seqlens_q;
-  const int32_t* seq_lens_decoder;
-  const int32_t* seq_lens_this_time;
-  const int32_t* batch_id_per_token;
-  int bsz, num_heads, num_kv_heads, head_dim, num_blocks, block_size, max_blocks;
-  float scale;
-};
-
-struct RowPos {
-  int slot;      // -1: the row is not computed (padding or an out-of-range index)
-  int64_t pos;   // its position in the slot's sequence
-};
-
-// The row's slot and position, where the CPU op would raise: slot = -1.
-__device__ RowPos ResolveRow(const Params& a, int t) {
-  const RowPos none{-1, 0};
-  const int b = a.batch_id_per_token[t];
-  if (b < 0 || b >= a.bsz) return none;
-  const int64_t local = static_cast<int64_t>(t) - a.cu_seqlens_q[b];
-  if (local < 0 || local >= a.seq_lens_this_time[b]) return none;
-  const int32_t dec = a.seq_lens_decoder[b];
-  if (dec < 0) return none;
-  const int64_t pos = dec + local;
-  if (pos >= static_cast<int64_t>(a.max_blocks) * a.block_size) return none;
-  return RowPos{b, pos};
-}
-
-// Block id holding position pos of slot b, or -1 when the table entry is not a block.
-__device__ __forceinline__ int64_t BlockOf(const Params& a, int b, int64_t pos) {
-  const int32_t block = a.block_tables[static_cast<int64_t>(b) * a.max_blocks + pos / a.block_size];
-  return block >= 0 && block < a.num_blocks ? block : -1;
-}
-
-template <typename T>
-__global__ void AppendKernel(Params a, const T* __restrict__ k, const T* __restrict__ v,
-                             T* __restrict__ key_cache, T* __restrict__ value_cache) {
-  const int t = blockIdx.x;
-  const RowPos r = ResolveRow(a, t);
-  if (r.slot < 0) return;
-  const int64_t block = BlockOf(a, r.slot, r.pos);
-  if (block < 0) return;
-  const int64_t offset = r.pos % a.block_size;
-  const int row = a.num_kv_heads * a.head_dim;
-  for (int e = threadIdx.x; e < row; e += blockDim.x) {
-    const int h = e / a.head_dim;
-    const int64_t dst = ((block * a.num_kv_heads + h) * a.block_size + offset) * a.head_dim +
-                        (e - h * a.head_dim);
-    key_cache[dst] = k[static_cast<int64_t>(t) * row + e];
-    value_cache[dst] = v[static_cast<int64_t>(t) * row + e];
-  }
-}
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
@@ -231,8 +182,6 @@ extern "C" int specworker_paged_attention_launch(
       return Launch<float>(a, q, k, v, key_cache, value_cache, out, token_cap, stream);
     case SPECWORKER_ATTENTION_FLOAT16:
       return Launch<__half>(a, q, k, v, key_cache, value_cache, out, token_cap, stream);
-    case SPECWORKER_ATTENTION_BFLOAT16:
-      return Launch<__nv_bfloat16>(a, q, k, v, key_cache, value_cache, out, token_cap, stream);
     default:
       return static_cast<int>(cudaErrorInvalidValue);
   }

@@ -7,7 +7,8 @@
 extern "C" {
 #endif
 
-// Element type of q, k, v, the caches and out: the launcher's dtype argument.
+// Element type of q, k, v, the caches and out: the launcher's dtype argument. bfloat16 (code 2) has its own
+// tensor-core launcher, specworker_paged_attention_bf16_launch (paged_attention_bf16.h); this one refuses it.
 enum {
   SPECWORKER_ATTENTION_FLOAT32 = 0,
   SPECWORKER_ATTENTION_FLOAT16 = 1,
@@ -25,7 +26,7 @@ enum {
 // position is out of range, or whose slot lacks a valid block for any of positions 0..p, gets a
 // zero output row; a row whose own position has no valid block is not written to the cache.
 // Returns the cudaError_t as an int: cudaErrorInvalidValue for bad sizes (num_heads not a
-// multiple of num_kv_heads, head_dim outside [1, 256], num_heads > 65535, unknown dtype, ...);
+// multiple of num_kv_heads, head_dim outside [1, 256], num_heads > 65535, a dtype other than float32 / float16, ...);
 // else the launches' error (0 on success). No launch when token_cap == 0.
 int specworker_paged_attention_launch(const void* q, const void* k, const void* v,
                                       void* key_cache, void* value_cache,

@@ -1,0 +1,460 @@
+"""Whole-step GPU replay (CuPy, no Paddle): the kernel sequence of one speculative step for SmolLM2-135M and a
+Llama-3-8B-shaped model (random bf16 weights), captured in CUDA graphs, at batch 1, 8, 32, 128 and tokens per
+slot 1 (decode) and k + 1 = 3, 4 (verify), and the speedup that an acceptance length implies.
+
+Runs on a GPU machine with nvcc + CuPy (the harness builds the kernels):
+    python3 benchmarks/gpu_step_replay.py [--out benchmarks/results/gpu_step_replay.json] [--models ...]
+
+Three graphs per (model, batch, k), each replayed 10 times after warm-up, median of 5 timings:
+  decode  (n = 1): pre_process, target forward over B rows, rebuild_padding, lm_head, argmax, state ops
+  verify  (n = k + 1): the same over B (k + 1) rows, then speculate_verify (greedy) before the state ops
+  draft   (MTP, num_model_steps = k): draft_model_preprocess, eagle_get_hidden_states, then k substeps of the
+          one-layer MTP module (substep 0 over the k + 1 rows of each slot, the others over 1 row), each with
+          its lm_head (shared with the target) and argmax.
+Target forward per layer: rms_norm, qkv linear, rotary, paged_attention (append + attention), o linear,
+residual + rms_norm, gate_up linear, SiLU * up, down linear (residual added by the next norm). Ours (specworker
+launchers through kernel_harness): batch_invariant_linear_bf16 (every linear, lm_head with float32 logits),
+paged_attention bf16, speculate_pre_process, rebuild_padding, speculate_verify, speculate_update,
+speculate_set_value_by_flags_and_idx, draft_model_preprocess, eagle_get_hidden_states. CuPy RawKernels (no
+specworker kernel exists): embedding gather, rms_norm (+ residual add), rotary, SiLU * up, row argmax, the MTP
+input norms + concat, the draft's last-row gather. Not replayed: draft_model_update, draft_model_postprocess,
+sampling other than greedy. The state ops run on their own copies of the slot state (from reference/cases), so
+graph replays do not move the forward's lengths; every slot has CONTEXT cached tokens before the step.
+Predicted speedup = AL / (verify / decode + draft / decode), AL measured on the tiny pair (README: k = 2
+AL 2.82 at batch 1, configs/mtp_tiny.yaml; k = 3 AL 3.03, held-out prompts), not on these models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.gpu_verify import make_case  # noqa: E402
+from kernel_harness import ptr, raw_launcher, require_gpu_or_exit  # noqa: E402
+from kernel_harness.paged_attention import bf16_workspace_bytes  # noqa: E402
+from kernel_harness.speculate_verify import launch_args  # noqa: E402
+from reference.cases.mtp_round_state import make_round_state  # noqa: E402
+from reference.cases.post_verify_state import make_post_verify_state  # noqa: E402
+
+MODELS = {
+    "smollm2-135m": dict(layers=30, hidden=576, heads=9, kv_heads=3, head_dim=64, inter=1536, vocab=49152),
+    "llama3-8b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128, inter=14336, vocab=128256),
+}
+BATCH = [1, 8, 32, 128]
+DRAFTS = [2, 3]  # k: verify with k + 1 = 3, 4 tokens per slot
+CONTEXT = 1024
+BLOCK = 64
+AL_TINY = {2: 2.82, 3: 3.03}
+OUT_F32, OUT_BF16 = 0, 2
+
+KERNELS = r"""
+__device__ __forceinline__ float bf(unsigned short x) { return __uint_as_float(((unsigned)x) << 16); }
+__device__ __forceinline__ unsigned short fb(float f) {
+  unsigned u = __float_as_uint(f); u += 0x7FFFu + ((u >> 16) & 1u); return (unsigned short)(u >> 16);
+}
+extern "C" __global__ void fill(unsigned short* out, long long n, unsigned seed, float scale) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    unsigned h = (unsigned)i * 2654435761u ^ seed; h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
+    out[i] = fb(((h & 0xFFFFFF) / 8388608.0f - 1.0f) * scale);
+  }
+}
+extern "C" __global__ void embed(const long long* ids, const unsigned short* table, unsigned short* out, int H, int V) {
+  long long id = ids[blockIdx.x]; id = id < 0 ? 0 : (id >= V ? V - 1 : id);
+  for (int i = threadIdx.x; i < H; i += blockDim.x) out[(long long)blockIdx.x * H + i] = table[id * H + i];
+}
+// residual += x (when x), then out = rms_norm(residual) * w; one block per row.
+extern "C" __global__ void add_rmsnorm(unsigned short* res, const unsigned short* x, const unsigned short* w,
+                                       unsigned short* out, int H) {
+  __shared__ float part[32];
+  long long r = blockIdx.x; float ss = 0.f;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    float v = bf(res[r * H + i]);
+    if (x) { v = bf(fb(v + bf(x[r * H + i]))); res[r * H + i] = fb(v); }
+    ss += v * v;
+  }
+  for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  float tot = 0.f; for (int i = 0; i < (int)(blockDim.x >> 5); ++i) tot += part[i];
+  float inv = rsqrtf(tot / H + 1e-5f);
+  for (int i = threadIdx.x; i < H; i += blockDim.x) out[r * H + i] = fb(bf(res[r * H + i]) * inv * bf(w[i]));
+}
+// qkv [T, (H + 2 KVH) D] -> q [T, H, D], k, v [T, KVH, D], rotate-half rotary on q and k at the row's position.
+extern "C" __global__ void rotary(const unsigned short* qkv, unsigned short* q, unsigned short* k, unsigned short* v,
+                                  const int* bid, const int* cu, const int* dec, int H, int KVH, int D) {
+  long long t = blockIdx.x; int b = bid[t]; float pos = b < 0 ? 0.f : (float)(dec[b] + (t - cu[b]));
+  int W = (H + 2 * KVH) * D, half = D / 2;
+  const unsigned short* row = qkv + t * W;
+  for (int e = threadIdx.x; e < (H + KVH) * half; e += blockDim.x) {
+    int head = e / half, d = e % half;
+    float ang = pos * __powf(500000.0f, -2.0f * d / D), c = __cosf(ang), s = __sinf(ang);
+    float x1 = bf(row[head * D + d]), x2 = bf(row[head * D + d + half]);
+    unsigned short* dst = head < H ? q + (t * H + head) * D : k + (t * KVH + head - H) * D;
+    dst[d] = fb(x1 * c - x2 * s); dst[d + half] = fb(x2 * c + x1 * s);
+  }
+  for (int e = threadIdx.x; e < KVH * D; e += blockDim.x) v[t * KVH * D + e] = row[(H + KVH) * D + e];
+}
+extern "C" __global__ void silu_mul(const unsigned short* gu, unsigned short* out, int I) {
+  long long t = blockIdx.x;
+  for (int i = threadIdx.x; i < I; i += blockDim.x) {
+    float g = bf(gu[t * 2 * I + i]), u = bf(gu[t * 2 * I + I + i]);
+    out[t * I + i] = fb(g / (1.f + __expf(-g)) * u);
+  }
+}
+extern "C" __global__ void argmax_rows(const float* logits, long long* out, int V) {
+  __shared__ float bv[256]; __shared__ int bi[256];
+  long long r = blockIdx.x; float best = -3.4e38f; int idx = 0;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) { float x = logits[r * V + i]; if (x > best) { best = x; idx = i; } }
+  bv[threadIdx.x] = best; bi[threadIdx.x] = idx; __syncthreads();
+  for (int s = blockDim.x / 2; s; s >>= 1) {
+    if (threadIdx.x < s && (bv[threadIdx.x + s] > bv[threadIdx.x] ||
+        (bv[threadIdx.x + s] == bv[threadIdx.x] && bi[threadIdx.x + s] < bi[threadIdx.x]))) {
+      bv[threadIdx.x] = bv[threadIdx.x + s]; bi[threadIdx.x] = bi[threadIdx.x + s];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[r] = bi[0];
+}
+// MTP input: out [T, 2H] = [rms_norm(emb) * w1, rms_norm(hid) * w2] (one block per row, fp32 sums).
+extern "C" __global__ void concat_norm(const unsigned short* emb, const unsigned short* hid, const unsigned short* w1,
+                                       const unsigned short* w2, unsigned short* out, int H) {
+  __shared__ float part[2][32];
+  long long r = blockIdx.x; float s1 = 0.f, s2 = 0.f;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) { float a = bf(emb[r * H + i]), b = bf(hid[r * H + i]); s1 += a * a; s2 += b * b; }
+  for (int o = 16; o; o >>= 1) { s1 += __shfl_xor_sync(0xffffffffu, s1, o); s2 += __shfl_xor_sync(0xffffffffu, s2, o); }
+  if ((threadIdx.x & 31) == 0) { part[0][threadIdx.x >> 5] = s1; part[1][threadIdx.x >> 5] = s2; }
+  __syncthreads();
+  float t1 = 0.f, t2 = 0.f; for (int i = 0; i < (int)(blockDim.x >> 5); ++i) { t1 += part[0][i]; t2 += part[1][i]; }
+  float i1 = rsqrtf(t1 / H + 1e-5f), i2 = rsqrtf(t2 / H + 1e-5f);
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    out[r * 2 * H + i] = fb(bf(emb[r * H + i]) * i1 * bf(w1[i]));
+    out[r * 2 * H + H + i] = fb(bf(hid[r * H + i]) * i2 * bf(w2[i]));
+  }
+}
+// out[b] = x[cu[b + 1] - 1]: each slot's last row.
+extern "C" __global__ void last_rows(const unsigned short* x, const int* cu, unsigned short* out, int H) {
+  long long src = cu[blockIdx.x + 1] - 1;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) out[(long long)blockIdx.x * H + i] = x[src * H + i];
+}
+"""
+
+
+class Gpu:
+    """The launchers and RawKernels on the current CuPy stream (read at every call, so graph capture records)."""
+
+    def __init__(self, cp):
+        self.cp = cp
+        mod = cp.RawModule(code=KERNELS, options=("-std=c++14",))
+        self.k = {n: mod.get_function(n) for n in ("fill", "embed", "add_rmsnorm", "rotary", "silu_mul", "argmax_rows",
+                                                   "concat_norm", "last_rows")}
+        self.linear = raw_launcher("specworker_batch_invariant_linear_bf16_launch")
+        self.attention = raw_launcher("specworker_paged_attention_bf16_launch")
+
+    def s(self):
+        return ctypes.c_void_p(self.cp.cuda.get_current_stream().ptr)
+
+    def raw(self, name, grid, block, *args):
+        self.k[name]((grid,), (block,), args)
+
+    def rand(self, shape, seed, scale):
+        a = self.cp.empty(shape, dtype=self.cp.uint16)
+        self.raw("fill", 1024, 256, a, np.int64(a.size), np.uint32(seed), np.float32(scale))
+        return a
+
+    def mm(self, x, w, out, M, K, N, out_dtype=OUT_BF16):
+        check(self.linear(ptr(x), ptr(w), None, ptr(out), M, K, N, out_dtype, self.s()), "linear")
+
+
+def check(rc, what):
+    if rc != 0:
+        raise RuntimeError(f"{what} returned cudaError {rc}")
+
+
+class Attention:
+    """Paged bf16 attention of one layer over B slots of CONTEXT cached tokens (+ the step's rows)."""
+
+    def __init__(self, g, m, max_batch, max_rows, seed):
+        cp = g.cp
+        self.nbs = -(-(CONTEXT + 8) // BLOCK)
+        blocks = max_batch * self.nbs
+        shape = (blocks, m["kv_heads"], BLOCK, m["head_dim"])
+        self.key_cache, self.value_cache = g.rand(shape, seed, 1.0), g.rand(shape, seed + 1, 1.0)
+        perm = np.random.default_rng(seed).permutation(blocks).astype(np.int32)
+        self.tables = cp.asarray(perm.reshape(max_batch, self.nbs))
+        self.blocks, self.m = blocks, m
+        self.workspace = cp.empty(bf16_workspace_bytes(max_rows, m["heads"], m["head_dim"], BLOCK, self.nbs) // 4 + 1,
+                                  dtype=cp.float32)
+
+    def __call__(self, g, q, k, v, out, meta, T, B):
+        m = self.m
+        check(g.attention(ptr(q), ptr(k), ptr(v), ptr(self.key_cache), ptr(self.value_cache), ptr(self.tables),
+                          ptr(meta["cu"]), ptr(meta["dec"]), ptr(meta["lens"]), ptr(meta["bid"]), ptr(out),
+                          ptr(self.workspace), ctypes.c_int64(self.workspace.nbytes), T, B, m["heads"], m["kv_heads"],
+                          m["head_dim"], self.blocks, BLOCK, self.nbs, ctypes.c_float(m["head_dim"] ** -0.5), g.s()),
+              "paged_attention")
+
+
+class Layer:
+    def __init__(self, g, m, max_batch, max_rows, seed):
+        H, D, I = m["hidden"], m["head_dim"], m["inter"]
+        qkv = (m["heads"] + 2 * m["kv_heads"]) * D
+        self.m = m
+        self.w_qkv, self.w_o = g.rand((H, qkv), seed, 0.03), g.rand((m["heads"] * D, H), seed + 1, 0.03)
+        self.w_gu, self.w_down = g.rand((H, 2 * I), seed + 2, 0.03), g.rand((I, H), seed + 3, 0.03)
+        self.n1, self.n2 = g.rand((H,), seed + 4, 1.0), g.rand((H,), seed + 5, 1.0)
+        self.attn = Attention(g, m, max_batch, max_rows, seed + 6)
+
+    def __call__(self, g, x, resid, prev, meta, T, B):
+        """resid += prev (the last layer's down output, or None), then the layer; returns its down output."""
+        m, b = self.m, x
+        H, D, I = m["hidden"], m["head_dim"], m["inter"]
+        qkv_w = (m["heads"] + 2 * m["kv_heads"]) * D
+        g.raw("add_rmsnorm", T, 256, resid, prev if prev is not None else np.uint64(0), self.n1, b["h"], np.int32(H))
+        g.mm(b["h"], self.w_qkv, b["qkv"], T, H, qkv_w)
+        g.raw("rotary", T, 256, b["qkv"], b["q"], b["k"], b["v"], meta["bid"], meta["cu"], meta["dec"],
+              np.int32(m["heads"]), np.int32(m["kv_heads"]), np.int32(D))
+        self.attn(g, b["q"], b["k"], b["v"], b["attn"], meta, T, B)
+        g.mm(b["attn"], self.w_o, b["o"], T, m["heads"] * D, H)
+        g.raw("add_rmsnorm", T, 256, resid, b["o"], self.n2, b["h"], np.int32(H))
+        g.mm(b["h"], self.w_gu, b["gu"], T, H, 2 * I)
+        g.raw("silu_mul", T, 256, b["gu"], b["act"], np.int32(I))
+        g.mm(b["act"], self.w_down, b["down"], T, I, H)
+        return b["down"]
+
+
+def buffers(cp, m, rows):
+    """Activations for `rows` packed rows (bf16 as uint16)."""
+    H, D, I = m["hidden"], m["head_dim"], m["inter"]
+    u = lambda *s: cp.empty(s, dtype=cp.uint16)  # noqa: E731
+    return dict(x=u(rows, H), resid=u(rows, H), h=u(rows, H), qkv=u(rows, (m["heads"] + 2 * m["kv_heads"]) * D),
+                q=u(rows, m["heads"], D), k=u(rows, m["kv_heads"], D), v=u(rows, m["kv_heads"], D),
+                attn=u(rows, m["heads"], D), o=u(rows, H), gu=u(rows, 2 * I), act=u(rows, I), down=u(rows, H),
+                out=u(rows, H), logits=cp.empty((rows, m["vocab"]), dtype=cp.float32),
+                ids=cp.empty(rows, dtype=cp.int64), mtp_in=u(rows, 2 * H), last=u(rows, H))
+
+
+def step_meta(cp, B, n):
+    """Index tensors of a step of B slots with n rows each at positions CONTEXT .. CONTEXT + n - 1."""
+    T = B * n
+    return dict(cu=cp.arange(0, T + 1, n, dtype=cp.int32), dec=cp.full(B, CONTEXT, dtype=cp.int32),
+                lens=cp.full(B, n, dtype=cp.int32), bid=cp.repeat(cp.arange(B, dtype=cp.int32), n),
+                enc=cp.zeros(B, dtype=cp.int32), cuk=cp.empty(B + 1, dtype=cp.int32),
+                o_cu=cp.empty(B + 1, dtype=cp.int32), o_bid=cp.empty(T, dtype=cp.int32),
+                num=cp.empty(1, dtype=cp.int32), o_lens=cp.empty(B, dtype=cp.int32),
+                input_ids=cp.asarray(np.random.default_rng(B).integers(0, 1000, (B, 2048))),
+                draft_tokens=cp.asarray(np.random.default_rng(n).integers(0, 1000, (B, n))))
+
+
+class Model:
+    def __init__(self, g, m, max_batch, max_rows):
+        self.m, self.g = m, g
+        self.embed = g.rand((m["vocab"], m["hidden"]), 1, 1.0)
+        self.lm_head = g.rand((m["hidden"], m["vocab"]), 2, 0.03)
+        self.final_norm = g.rand((m["hidden"],), 3, 1.0)
+        self.layers = [Layer(g, m, max_batch, max_rows, 100 + 10 * i) for i in range(m["layers"])]
+        self.mtp_layer = Layer(g, m, max_batch, max_rows, 9000)
+        self.mtp_eh = g.rand((2 * m["hidden"], m["hidden"]), 9100, 0.03)
+        self.mtp_norms = [g.rand((m["hidden"],), 9200 + i, 1.0) for i in range(3)]
+        self.pre = raw_launcher("specworker_speculate_pre_process_launch")
+        self.rebuild = raw_launcher("specworker_rebuild_padding_launch")
+
+    def forward(self, b, meta, B, n):
+        """pre_process, embedding, the layers, final norm, rebuild_padding, lm_head, argmax -> b["ids"]."""
+        g, m, T = self.g, self.m, B * n
+        H = m["hidden"]
+        check(self.pre(ptr(meta["input_ids"]), 2048, ptr(meta["lens"]), ptr(meta["draft_tokens"]), n, ptr(meta["enc"]),
+                       B, T, T, ptr(b["ids"]), ptr(meta["bid"]), ptr(meta["cu"]), ptr(meta["cuk"]), ptr(meta["o_cu"]),
+                       ptr(meta["o_bid"]), ptr(meta["num"]), ptr(meta["o_lens"]), g.s()), "speculate_pre_process")
+        g.raw("embed", T, 256, b["ids"], self.embed, b["resid"], np.int32(H), np.int32(m["vocab"]))
+        prev = None
+        for layer in self.layers:
+            prev = layer(g, b, b["resid"], prev, meta, T, B)
+        g.raw("add_rmsnorm", T, 256, b["resid"], prev, self.final_norm, b["h"], np.int32(H))
+        check(self.rebuild(ptr(b["h"]), ptr(meta["cu"]), ptr(meta["lens"]), ptr(meta["dec"]), ptr(meta["enc"]),
+                           ptr(meta["o_bid"]), ptr(meta["o_cu"]), None, 0, ptr(b["out"]), T, B, T, H, 2, g.s()),
+              "rebuild_padding")
+        g.mm(b["out"], self.lm_head, b["logits"], T, H, m["vocab"], OUT_F32)
+        g.raw("argmax_rows", T, 256, b["logits"], b["ids"], np.int32(m["vocab"]))
+
+    def mtp_substep(self, b, meta, B, n, hidden):
+        """One MTP substep over B slots x n rows: [norm(embed(ids)), norm(hidden)] -> eh_proj -> layer -> norm ->
+        each slot's last row -> lm_head -> argmax."""
+        g, m, T = self.g, self.m, B * n
+        H = m["hidden"]
+        g.raw("embed", T, 256, b["ids"], self.embed, b["x"], np.int32(H), np.int32(m["vocab"]))
+        g.raw("concat_norm", T, 256, b["x"], hidden, self.mtp_norms[0], self.mtp_norms[1], b["mtp_in"], np.int32(H))
+        g.mm(b["mtp_in"], self.mtp_eh, b["resid"], T, 2 * H, H)
+        down = self.mtp_layer(g, b, b["resid"], None, meta, T, B)
+        g.raw("add_rmsnorm", T, 256, b["resid"], down, self.mtp_norms[2], b["h"], np.int32(H))
+        g.raw("last_rows", B, 256, b["h"], meta["cu"], b["last"], np.int32(H))
+        g.mm(b["last"], self.lm_head, b["logits"], B, H, m["vocab"], OUT_F32)
+        g.raw("argmax_rows", B, 256, b["logits"], b["ids"], np.int32(m["vocab"]))
+
+
+class StateOps:
+    """speculate_verify (greedy) + speculate_update + speculate_set_value_by_flags_and_idx, and the MTP round's
+    draft_model_preprocess + eagle_get_hidden_states, on their own state (reference/cases) for B slots and k."""
+
+    UPDATE = ("seq_lens_encoder", "seq_lens_decoder", "not_need_stop", "draft_tokens", "actual_draft_token_nums",
+              "accept_tokens", "accept_num", "stop_flags", "seq_lens_this_time", "is_block_step", "stop_nums",
+              "mask_rollback")
+    SET_VALUE = ("pre_ids", "accept_tokens", "accept_num", "stop_flags", "seq_lens_encoder", "seq_lens_decoder",
+                 "step_idx")
+
+    def __init__(self, cp, B, k, vocab, hidden):
+        self.cp, self.B, self.k = cp, B, k
+        self.vcase, self.vdev = make_case(cp, "greedy", B, k, vocab)
+        self.verify = raw_launcher("specworker_speculate_verify_launch")
+        st = make_post_verify_state(np.random.default_rng(B + k), B, "all_decode", num_draft=k, max_model_len=4096)
+        self.st = {n: cp.asarray(v) for n, v in st.items()}
+        self.update = raw_launcher("specworker_speculate_update_launch")
+        self.set_value = raw_launcher("specworker_speculate_set_value_by_flags_and_idx_launch")
+        rs = make_round_state(np.random.default_rng(B * 10 + k), B, "all_decode", max_model_len=4096, num_draft=k,
+                              num_model_steps=k)
+        self.rs = {n: cp.asarray(v) for n, v in rs.items() if v is not None}
+        self.rw = {n: int(rs[n].shape[1]) for n in ("draft_tokens", "input_ids", "pre_ids", "accept_tokens",
+                                                   "target_model_draft_tokens")}
+        self.T_round = int(rs["target_model_seq_lens_this_time"].sum())
+        self.hidden = hidden
+        self.gather_out = cp.empty((max(self.T_round, 1), hidden), dtype=cp.uint16)
+        self.scratch, self.count = cp.empty(2 * B + 1, dtype=cp.int32), cp.empty(1, dtype=cp.int32)
+        self.pre = raw_launcher("specworker_draft_model_preprocess_launch")
+        self.gather = raw_launcher("specworker_eagle_get_hidden_states_launch")
+
+    def s(self):
+        return ctypes.c_void_p(self.cp.cuda.get_current_stream().ptr)
+
+    def run_verify(self, sampled_ids):
+        self.vdev["sampled_token_ids"] = sampled_ids  # the target's argmax of this step
+        args = launch_args(self.vcase, self.vdev)
+        args[-1] = self.s()
+        check(self.verify(*args), "speculate_verify")
+
+    def run_state(self, D):
+        st = self.st
+        check(self.update(*(ptr(st[n]) for n in self.UPDATE), self.B, self.B, D, self.s()), "speculate_update")
+        check(self.set_value(*(ptr(st[n]) for n in self.SET_VALUE), self.B, 4096, D, self.s()), "set_value")
+
+    def run_draft_prologue(self, target_hidden):
+        d, w, B = self.rs, self.rw, self.B
+        check(self.pre(ptr(d["draft_tokens"]), w["draft_tokens"], ptr(d["input_ids"]), w["input_ids"],
+                       ptr(d["stop_flags"]), ptr(d["seq_lens_this_time"]), ptr(d["seq_lens_encoder"]),
+                       ptr(d["seq_lens_decoder"]), ptr(d["step_idx"]), ptr(d["not_need_stop"]), ptr(d["pre_ids"]),
+                       w["pre_ids"], ptr(d["accept_tokens"]), w["accept_tokens"], ptr(d["accept_num"]),
+                       ptr(d["target_model_seq_lens_decoder"]), ptr(d["target_model_step_idx"]),
+                       ptr(d["target_model_stop_flags"]), ptr(d["max_dec_len"]), ptr(d["target_model_draft_tokens"]),
+                       w["target_model_draft_tokens"], ptr(d["target_model_is_block_step"]), B, self.k, 0, 1,
+                       self.s()), "draft_model_preprocess")
+        T = min(self.T_round, target_hidden.shape[0])
+        check(self.gather(ptr(target_hidden), T, self.hidden, 2, ptr(d["seq_lens_this_time"]),
+                          ptr(d["seq_lens_encoder"]), ptr(d["accept_num"]), ptr(d["target_model_seq_lens_this_time"]),
+                          B, ptr(self.scratch), ptr(self.gather_out), self.gather_out.shape[0], ptr(self.count),
+                          self.s()), "eagle_get_hidden_states")
+
+
+def time_graph_ms(cp, fn, replays=10, runs=5):
+    """Milliseconds per call of fn captured once in a graph: median over runs of `replays` replays."""
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        fn()
+        stream.synchronize()
+        stream.begin_capture()
+        fn()
+        graph = stream.end_capture()
+        for _ in range(2):
+            graph.launch(stream)
+        stream.synchronize()
+        samples = []
+        for _ in range(runs):
+            start, stop = cp.cuda.Event(), cp.cuda.Event()
+            start.record(stream)
+            for _ in range(replays):
+                graph.launch(stream)
+            stop.record(stream)
+            stop.synchronize()
+            samples.append(cp.cuda.get_elapsed_time(start, stop) / replays)
+    return statistics.median(samples)
+
+
+def bench_model(cp, g, name, batches):
+    m = MODELS[name]
+    max_b = max(batches)
+    max_rows = max_b * (max(DRAFTS) + 1)
+    model = Model(g, m, max_b, max_rows)
+    b = buffers(cp, m, max_rows)
+    cp.cuda.get_current_stream().synchronize()
+    rows = []
+    for B in batches:
+        meta1 = step_meta(cp, B, 1)
+        st1 = StateOps(cp, B, 1, m["vocab"], m["hidden"])
+
+        def decode():
+            model.forward(b, meta1, B, 1)
+            st1.run_state(2)
+
+        decode_ms = time_graph_ms(cp, decode)
+        for k in DRAFTS:
+            n = k + 1
+            meta = step_meta(cp, B, n)
+            st = StateOps(cp, B, k, m["vocab"], m["hidden"])
+            meta_one = step_meta(cp, B, 1)
+
+            def verify():
+                model.forward(b, meta, B, n)
+                st.run_verify(b["ids"])
+                st.run_state(n)
+
+            def draft():
+                st.run_draft_prologue(b["h"])
+                model.mtp_substep(b, meta, B, n, b["h"])
+                for _ in range(k - 1):
+                    model.mtp_substep(b, meta_one, B, 1, b["last"])
+
+            verify_ms, draft_ms = time_graph_ms(cp, verify), time_graph_ms(cp, draft)
+            vr, dr = verify_ms / decode_ms, draft_ms / decode_ms
+            row = dict(model=name, batch=B, k=k, tokens_per_slot=n, context=CONTEXT, decode_ms=decode_ms,
+                       verify_ms=verify_ms, draft_ms=draft_ms, verify_over_decode=vr, draft_over_decode=dr,
+                       al_tiny_pair=AL_TINY[k], predicted_speedup=AL_TINY[k] / (vr + dr),
+                       decode_tokens_per_s=B / decode_ms * 1e3)
+            rows.append(row)
+            print(f"{name:13s} B {B:4d} k {k}: decode {decode_ms:7.3f} ms  verify {verify_ms:7.3f} ms ({vr:4.2f}x)  "
+                  f"draft {draft_ms:7.3f} ms ({dr:4.2f}x)  AL {AL_TINY[k]} -> {row['predicted_speedup']:4.2f}x",
+                  flush=True)
+    del model, b
+    cp.get_default_memory_pool().free_all_blocks()
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="benchmarks/results/gpu_step_replay.json")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--batches", default=",".join(map(str, BATCH)))
+    args = ap.parse_args()
+    cp = require_gpu_or_exit()
+    g = Gpu(cp)
+    batches = [int(x) for x in args.batches.split(",")]
+    rows = []
+    for name in args.models.split(","):
+        rows += bench_model(cp, g, name, batches)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(dict(meta=meta(cp), rows=rows), indent=1))
+    print(json.dumps(dict(rows=len(rows))))
+
+
+def meta(cp):
+    return dict(device=cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), cupy=cp.__version__, context=CONTEXT,
+                block_size=BLOCK, al_source="tiny pair (README): k=2 AL 2.82 (configs/mtp_tiny.yaml, batch 1), "
+                "k=3 AL 3.03 (held-out prompts, batch 1)", timing="CUDA graph of one call, median of 5 x 10 replays",
+                weights="random bf16 (hash fill), distinct per layer")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,480 @@
+// paged_attention's bfloat16 path on tensor cores (mma.sync m16n8k16 bf16 -> f32, sm_80 and later):
+// append this step's K/V to the paged cache, then causal attention of each packed query row over its
+// slot's cache, float32 scores, softmax and accumulation (definition: cpu_ops/paged_attention.cc,
+// docs/spec.md §4.9). Shapes as in paged_attention.h; q, k, v, caches and out bfloat16.
+// Three launches on the caller's stream:
+//   1. AppendKernel (paged_kv.cuh): k[t], v[t] to the row's position.
+//   2. ChunkKernel: one block of 4 warps per (query tile, kv head, head group, split). A query tile is
+//      up to QT = 16 / HU consecutive rows of one slot (the first at a local index that is a multiple of
+//      QT) times HU = min(group, 16) of the kv head's query heads: the 16 rows of one MMA. Keys are cut
+//      into chunks of kChunkKeys = 128 at fixed positions (chunk c = keys 128c .. 128c + 127), a chunk
+//      into two tiles of 64 keys (both in flight at once through a two-stage cp.async ring), a tile among
+//      the warps (warp w: keys 16w .. 16w + 15 of every tile). Each warp keeps its own online softmax over
+//      its keys (S = Q K^T on tensor cores, scaled by scale * log2(e), masked past the row's position, m, l,
+//      P = exp2(S - m) rounded to bf16 for P V on tensor cores); at the chunk's end the four warp states are
+//      merged in warp order into the chunk's (m, l, O). A row whose position p < 128 has one chunk and gets
+//      out = O / l here; other rows store the chunk's state in the workspace. Split z takes chunks z, z + S,
+//      ...: S (chosen by the launcher from the grid size) picks which block computes a chunk, never how.
+//   3. CombineKernel: one block per (packed row, head); rows with chunks 0 .. p / 128 (more than one)
+//      merge their chunk states in chunk order; rows that cannot be computed get zeros.
+// Batch invariance: a row's arithmetic is fixed by its position p, its q and its slot's keys: chunk and
+// tile edges sit at fixed key indices, a warp's keys are fixed by the key index, the MMA's output row
+// depends on its own A row only, masked keys (past p, or zero-filled past the tile's keys) add exact
+// zeros, and the merges run in fixed order. So a row gives the same bits alone (1-token decode), among
+// its slot's verify rows, in any batch, under any split count; the GPU tests check all of these.
+// Bounds checks as the float32 kernel's (paged_attention.cu): a row the CPU op would refuse gets a zero
+// row and no cache write; so does a row whose query tile's first row is such a row.
+#include "paged_attention_bf16.h"
+
+#include <math.h>
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+
+#include "mma_bf16.cuh"
+#include "paged_kv.cuh"
+
+namespace {
+
+using specworker::CpAsync16;
+using specworker::CpAsyncCommit;
+using specworker::CpAsyncWait;
+using specworker::LdMatrixX4;
+using specworker::LdMatrixX4Trans;
+using specworker::Load8;
+using specworker::Mma;
+using specworker::paged::AppendKernel;
+using specworker::paged::BlockOf;
+using specworker::paged::Params;
+using specworker::paged::ResolveRow;
+using specworker::paged::RowPos;
+using bf16 = __nv_bfloat16;
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kRows = 16;                        // MMA rows of a block: query rows x heads
+constexpr int kTileKeys = 16 * kWarps;           // keys per shared-memory tile, 16 per warp
+constexpr int kChunkKeys = 128;                  // keys per chunk (fixed positions): two tiles
+constexpr int kPad = 8;                          // bf16 per shared row: ldmatrix conflict-free
+constexpr int kMaxHeadDim = 256;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kMaxGrid = 65535;
+constexpr int kTargetBlocks = 1056;              // about 8 blocks per SM of an H100 / H200
+
+struct Tiling {
+  int group;   // query heads per kv head
+  int hu;      // of them in one block: min(group, 16)
+  int qt;      // query rows per tile: 16 / hu
+  int nsg;     // head groups per kv head: ceil(group / hu)
+  int nc;      // chunk slots per (row, head) in the workspace: ceil(max positions / 128)
+};
+
+__host__ __device__ inline int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+// Offsets of (row t, head h, chunk c) in the workspace: O (head_dim floats), then (m, l).
+__device__ __forceinline__ int64_t PartialIndex(const Params& a, const Tiling& g, int t, int h, int c) {
+  return (static_cast<int64_t>(t) * a.num_heads + h) * g.nc + c;
+}
+
+template <int DP>
+struct Smem {
+  static constexpr int kStride = DP + kPad;
+  static constexpr int kTile = kTileKeys * kStride;            // one K or V tile (bf16)
+  static constexpr int kQ = kRows * kStride;
+  static constexpr int kBytes = (kQ + 4 * kTile) * 2;           // Q + 2 stages x (K, V)
+  static_assert(kWarps * kRows * DP * 4 <= 4 * kTile * 2, "the warp merge fits in the ring");
+};
+
+// Element offset in the caches of every key of a chunk (kv head g), -1 past key_end or where the block is not
+// valid: one table lookup per key, in 32-bit arithmetic (positions fit in int32: the launcher checks).
+__device__ __forceinline__ void ChunkOffsets(const Params& a, int slot, int g, int key_begin, int key_end,
+                                             int64_t* s_off) {
+  for (int j = threadIdx.x; j < kChunkKeys; j += kThreads) {
+    const int pos = key_begin + j;
+    int64_t off = -1;
+    if (pos < key_end) {
+      const int32_t block = a.block_tables[static_cast<int64_t>(slot) * a.max_blocks + pos / a.block_size];
+      if (block >= 0 && block < a.num_blocks) {
+        off = ((static_cast<int64_t>(block) * a.num_kv_heads + g) * a.block_size + pos % a.block_size) * a.head_dim;
+      }
+    }
+    s_off[j] = off;
+  }
+}
+
+// Stages the chunk's keys [64 i, 64 i + 64) into (Ks, Vs) from their offsets; keys with offset -1 are
+// zero-filled (never read).
+template <int DP, bool kVec>
+__device__ __forceinline__ void LoadTile(int head_dim, const int64_t* s_off, int i, const bf16* __restrict__ kc,
+                                         const bf16* __restrict__ vc, bf16* Ks, bf16* Vs) {
+  constexpr int kChunksPerRow = DP / 8;
+  for (int e = threadIdx.x; e < kTileKeys * kChunksPerRow; e += kThreads) {
+    const int key = e / kChunksPerRow, col = (e % kChunksPerRow) * 8;
+    const int64_t off = s_off[kTileKeys * i + key];
+    const bool ok = off >= 0 && col < head_dim;
+    const int64_t row = ok ? off : 0;
+    bf16* kd = Ks + key * Smem<DP>::kStride + col;
+    bf16* vd = Vs + key * Smem<DP>::kStride + col;
+    if (kVec) {
+      CpAsync16(kd, ok ? kc + row + col : kc, ok);
+      CpAsync16(vd, ok ? vc + row + col : vc, ok);
+    } else {
+      *reinterpret_cast<uint4*>(kd) = Load8(kc + row, col, head_dim, ok);
+      *reinterpret_cast<uint4*>(vd) = Load8(vc + row, col, head_dim, ok);
+    }
+  }
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo (lower 16 bits)
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// The online-softmax state of one warp over its keys: rows lane / 4 (index 0) and lane / 4 + 8 (1).
+template <int DP>
+struct WarpState {
+  float m[2], l[2];           // running max (log2 domain), this thread's share of the exp sum
+  float acc[DP / 8][4];       // O fragments: columns 8n + 2 (lane % 4) + {0, 1}
+};
+
+// One warp's 16 keys [kb, kb + 16) of the staged tile: S, mask, rescale, P V.
+template <int DP>
+__device__ __forceinline__ void WarpTile(WarpState<DP>& st, const bf16* Qs, const bf16* Ks, const bf16* Vs,
+                                         int warp, int lane, int64_t kb, const int64_t (&lim)[2],
+                                         float scale_log2) {
+  constexpr int S = Smem<DP>::kStride;
+  float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};  // [key n-tile][fragment]
+#pragma unroll
+  for (int kk = 0; kk < DP; kk += 16) {
+    uint32_t qa[4], kb4[4];
+    LdMatrixX4(qa, Qs + (lane % 16) * S + kk + (lane / 16) * 8);
+    LdMatrixX4(kb4, Ks + (16 * warp + (lane % 8) + (lane / 16) * 8) * S + kk + ((lane / 8) % 2) * 8);
+    const uint32_t b0[2] = {kb4[0], kb4[1]}, b1[2] = {kb4[2], kb4[3]};
+    Mma(s[0], qa, b0);
+    Mma(s[1], qa, b1);
+  }
+  // Scale, mask and the row max over this thread's 4 keys, then over the 4 lanes of the row.
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t key = kb + 8 * n + 2 * (lane % 4) + (j & 1);
+      s[n][j] = key <= lim[j / 2] ? __fmul_rn(s[n][j], scale_log2) : -INFINITY;
+      mx[j / 2] = fmaxf(mx[j / 2], s[n][j]);
+    }
+  }
+  float corr[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    const float m_new = fmaxf(st.m[r], mx[r]);
+    const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet stays at zero
+    corr[r] = exp2f(__fsub_rn(st.m[r], base));
+    st.m[r] = m_new;
+    mx[r] = base;
+  }
+  float rowsum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      s[n][j] = exp2f(__fsub_rn(s[n][j], mx[j / 2]));
+      rowsum[j / 2] = __fadd_rn(rowsum[j / 2], s[n][j]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) st.l[r] = __fadd_rn(__fmul_rn(st.l[r], corr[r]), rowsum[r]);
+  // P as the A operand: the S fragments of key n-tiles 0 and 1 are its k columns 0-7 and 8-15.
+  const uint32_t pa[4] = {PackBf16(s[0][0], s[0][1]), PackBf16(s[0][2], s[0][3]), PackBf16(s[1][0], s[1][1]),
+                          PackBf16(s[1][2], s[1][3])};
+#pragma unroll
+  for (int n = 0; n < DP / 8; ++n) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) st.acc[n][j] = __fmul_rn(st.acc[n][j], corr[j / 2]);
+  }
+#pragma unroll
+  for (int n0 = 0; n0 < DP; n0 += 16) {
+    uint32_t vb[4];
+    LdMatrixX4Trans(vb, Vs + (16 * warp + (lane % 8) + ((lane / 8) % 2) * 8) * S + n0 + (lane / 16) * 8);
+    const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+    Mma(st.acc[n0 / 8], pa, b0);
+    Mma(st.acc[n0 / 8 + 1], pa, b1);
+  }
+}
+
+template <int DP, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    ChunkKernel(Params a, Tiling g, const bf16* __restrict__ q, const bf16* __restrict__ kc,
+                const bf16* __restrict__ vc, bf16* __restrict__ out, float* __restrict__ ws_o,
+                float* __restrict__ ws_ml) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem);
+  bf16* ring = Qs + Smem<DP>::kQ;  // stage s: K at ring + 2s tiles, V one tile further
+  float* merge = reinterpret_cast<float*>(ring);  // [warp][row][DP] after a chunk
+  __shared__ int64_t row_p[kRows];  // position, -1: not a row of this block
+  __shared__ int row_t[kRows], row_h[kRows];
+  __shared__ float warp_m[kWarps][kRows], warp_l[kWarps][kRows];
+  __shared__ int64_t s_off[kChunkKeys];  // the chunk's cache offsets (ChunkOffsets)
+
+  const int t0 = blockIdx.x;
+  const int kvh = blockIdx.y / g.nsg, sg = blockIdx.y % g.nsg;
+  const RowPos lead = ResolveRow(a, t0);
+  if (lead.slot < 0) return;
+  const int b = lead.slot;
+  const int local0 = t0 - a.cu_seqlens_q[b];
+  if (local0 % g.qt != 0) return;
+  if (threadIdx.x < kRows) {
+    const int r = threadIdx.x, qi = r / g.hu, hj = sg * g.hu + r % g.hu;
+    const int t = t0 + qi;
+    int64_t p = -1;
+    if (qi < g.qt && hj < g.group && local0 + qi < a.seq_lens_this_time[b] && t < static_cast<int>(gridDim.x)) {
+      const RowPos rp = ResolveRow(a, t);
+      if (rp.slot == b) p = rp.pos;
+    }
+    row_p[r] = p;
+    row_t[r] = t;
+    row_h[r] = kvh * g.group + hj;
+  }
+  __syncthreads();
+  int64_t p_max = -1;
+  for (int r = 0; r < kRows; ++r) p_max = p_max > row_p[r] ? p_max : row_p[r];
+  const int64_t n_keys = p_max + 1;
+  const int n_chunks = CeilDiv(n_keys, kChunkKeys);
+  if (static_cast<int>(blockIdx.z) >= n_chunks) return;
+
+  const int D = a.head_dim;
+  for (int e = threadIdx.x; e < kRows * DP; e += kThreads) {
+    const int r = e / DP, d = e % DP;
+    bf16 x = __float2bfloat16_rn(0.0f);
+    if (row_p[r] >= 0 && d < D) x = q[(static_cast<int64_t>(row_t[r]) * a.num_heads + row_h[r]) * D + d];
+    Qs[r * Smem<DP>::kStride + d] = x;
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t lim[2] = {row_p[lane / 4], row_p[lane / 4 + 8]};  // last key each fragment row may see
+  const float scale_log2 = __fmul_rn(a.scale, kLog2e);
+
+  for (int c = blockIdx.z; c < n_chunks; c += gridDim.z) {
+    const int64_t key_begin = static_cast<int64_t>(c) * kChunkKeys;
+    const int64_t key_end = n_keys < key_begin + kChunkKeys ? n_keys : key_begin + kChunkKeys;
+    const int n_tiles = CeilDiv(key_end - key_begin, kTileKeys);
+    WarpState<DP> st;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) st.m[r] = -INFINITY, st.l[r] = 0.0f;
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) st.acc[n][j] = 0.0f;
+
+    ChunkOffsets(a, b, kvh, static_cast<int>(key_begin), static_cast<int>(key_end), s_off);
+    __syncthreads();
+    // Ring of two stages: tiles 0 and 1 in flight from the start, tile it + 2 issued once tile it is done.
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (i < n_tiles) {
+        LoadTile<DP, kVec>(D, s_off, i, kc, vc, ring + 2 * i * Smem<DP>::kTile, ring + (2 * i + 1) * Smem<DP>::kTile);
+      }
+      CpAsyncCommit();
+    }
+    for (int it = 0; it < n_tiles; ++it) {
+      CpAsyncWait<1>();  // tile it has landed (this thread's copies) ...
+      __syncthreads();   // ... and everyone's; Qs is written too
+      bf16* stage = ring + 2 * (it % 2) * Smem<DP>::kTile;
+      const int64_t kb = key_begin + it * kTileKeys + 16 * warp;
+      if (kb < key_end) {  // a warp past the keys would add exact zeros: skipping it changes no bit
+        WarpTile<DP>(st, Qs, stage, stage + Smem<DP>::kTile, warp, lane, kb, lim, scale_log2);
+      }
+      __syncthreads();  // every warp is done with this stage
+      if (it + 2 < n_tiles) LoadTile<DP, kVec>(D, s_off, it + 2, kc, vc, stage, stage + Smem<DP>::kTile);
+      CpAsyncCommit();
+    }
+    CpAsyncWait<0>();
+    __syncthreads();
+
+    // Merge the four warps in warp order into the chunk's state.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      st.l[r] = __fadd_rn(st.l[r], __shfl_xor_sync(0xffffffffu, st.l[r], 1));
+      st.l[r] = __fadd_rn(st.l[r], __shfl_xor_sync(0xffffffffu, st.l[r], 2));
+    }
+    if (lane % 4 == 0) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) warp_m[warp][lane / 4 + 8 * r] = st.m[r], warp_l[warp][lane / 4 + 8 * r] = st.l[r];
+    }
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        merge[(warp * kRows + lane / 4 + 8 * (j / 2)) * DP + 8 * n + 2 * (lane % 4) + (j & 1)] = st.acc[n][j];
+    __syncthreads();
+    for (int e = threadIdx.x; e < kRows * DP; e += kThreads) {
+      const int r = e / DP, d = e % DP;
+      const int64_t p = row_p[r];
+      if (p < 0 || d >= D || p / kChunkKeys < c) continue;  // not a row, or it does not reach chunk c
+      float m = -INFINITY;
+      for (int w = 0; w < kWarps; ++w) m = fmaxf(m, warp_m[w][r]);  // finite: key 128c <= p is in
+      float l = 0.0f, o = 0.0f;
+      for (int w = 0; w < kWarps; ++w) {
+        const float f = exp2f(__fsub_rn(warp_m[w][r], m));
+        l = __fadd_rn(l, __fmul_rn(warp_l[w][r], f));
+        o = __fadd_rn(o, __fmul_rn(merge[(w * kRows + r) * DP + d], f));
+      }
+      const int t = row_t[r], h = row_h[r];
+      if (p < kChunkKeys) {
+        out[(static_cast<int64_t>(t) * a.num_heads + h) * D + d] = __float2bfloat16_rn(__fdiv_rn(o, l));
+      } else {
+        const int64_t i = PartialIndex(a, g, t, h, c);
+        ws_o[i * D + d] = o;
+        if (d == 0) ws_ml[2 * i] = m, ws_ml[2 * i + 1] = l;
+      }
+    }
+    __syncthreads();  // the next chunk's copies overwrite the merge area
+  }
+}
+
+// One block per (packed row, head), threads over head_dim: zero a row that cannot be computed, merge the chunk
+// states of a row with p >= 128 in chunk order.
+__global__ void __launch_bounds__(kThreads)
+    CombineKernel(Params a, Tiling g, const float* __restrict__ ws_o, const float* __restrict__ ws_ml,
+                  bf16* __restrict__ out) {
+  extern __shared__ float s_f[];  // [nc]: exp2(m_c - m) of each chunk, then l in s_f[nc]
+  const int t = blockIdx.x, h = blockIdx.y;
+  const int D = a.head_dim;
+  bf16* o_row = out + (static_cast<int64_t>(t) * a.num_heads + h) * D;
+  const RowPos r = ResolveRow(a, t);
+  int bad = r.slot < 0;
+  if (!bad) {
+    // The row's query tile must have been computed: its first row resolves to the same slot.
+    const int local = t - a.cu_seqlens_q[r.slot];
+    const RowPos lead = ResolveRow(a, t - local % g.qt);
+    bad = lead.slot != r.slot;
+    for (int64_t j = threadIdx.x; !bad && j <= r.pos / a.block_size; j += kThreads) {
+      bad |= BlockOf(a, r.slot, j * a.block_size) < 0;  // a block among positions 0..p is missing
+    }
+  }
+  if (__syncthreads_or(bad)) {
+    for (int d = threadIdx.x; d < D; d += kThreads) o_row[d] = __float2bfloat16_rn(0.0f);
+    return;
+  }
+  if (r.pos < kChunkKeys) return;  // one chunk: ChunkKernel wrote the row
+  const int n_chunks = static_cast<int>(r.pos / kChunkKeys) + 1;
+  const int64_t i0 = PartialIndex(a, g, t, h, 0);
+  if (threadIdx.x == 0) {  // one thread, chunk order: the weights and the sum
+    float m = -INFINITY;
+    for (int c = 0; c < n_chunks; ++c) m = fmaxf(m, ws_ml[2 * (i0 + c)]);
+    float l = 0.0f;
+    for (int c = 0; c < n_chunks; ++c) {
+      s_f[c] = exp2f(__fsub_rn(ws_ml[2 * (i0 + c)], m));
+      l = __fadd_rn(l, __fmul_rn(ws_ml[2 * (i0 + c) + 1], s_f[c]));
+    }
+    s_f[g.nc] = l;
+  }
+  __syncthreads();
+  const float l = s_f[g.nc];
+  for (int d = threadIdx.x; d < D; d += kThreads) {
+    float o = 0.0f;
+#pragma unroll 8
+    for (int c = 0; c < n_chunks; ++c) o = __fadd_rn(o, __fmul_rn(ws_o[(i0 + c) * D + d], s_f[c]));
+    o_row[d] = __float2bfloat16_rn(__fdiv_rn(o, l));
+  }
+}
+
+Tiling MakeTiling(int num_heads, int num_kv_heads, int block_size, int max_blocks) {
+  Tiling g{};
+  g.group = num_heads / num_kv_heads;
+  g.hu = g.group < kRows ? g.group : kRows;
+  g.qt = kRows / g.hu;
+  g.nsg = CeilDiv(g.group, g.hu);
+  g.nc = CeilDiv(static_cast<int64_t>(max_blocks) * block_size, kChunkKeys);
+  return g;
+}
+
+template <int DP, bool kVec>
+int LaunchChunks(const Params& a, const Tiling& g, const bf16* q, const bf16* kc, const bf16* vc, bf16* out,
+                 float* ws_o, float* ws_ml, int token_cap, cudaStream_t stream) {
+  auto kernel = ChunkKernel<DP, kVec>;
+  const int bytes = Smem<DP>::kBytes;
+  if (bytes > 48 * 1024) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (err != cudaSuccess) return static_cast<int>(err);
+  }
+  // Splits only spread the chunks over more blocks (file comment): enough to fill the GPU at small batch.
+  const int64_t units = static_cast<int64_t>(token_cap) * a.num_kv_heads * g.nsg;
+  int splits = CeilDiv(kTargetBlocks, units);
+  splits = splits < g.nc ? splits : g.nc;
+  splits = splits < 1 ? 1 : (splits > kMaxGrid ? kMaxGrid : splits);
+  const dim3 grid(static_cast<unsigned>(token_cap), static_cast<unsigned>(a.num_kv_heads * g.nsg),
+                  static_cast<unsigned>(splits));
+  kernel<<<grid, kThreads, bytes, stream>>>(a, g, q, kc, vc, out, ws_o, ws_ml);
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <bool kVec>
+int LaunchFor(int dp, const Params& a, const Tiling& g, const bf16* q, const bf16* kc, const bf16* vc,
+              bf16* out, float* ws_o, float* ws_ml, int token_cap, cudaStream_t stream) {
+  switch (dp) {
+    case 32: return LaunchChunks<32, kVec>(a, g, q, kc, vc, out, ws_o, ws_ml, token_cap, stream);
+    case 64: return LaunchChunks<64, kVec>(a, g, q, kc, vc, out, ws_o, ws_ml, token_cap, stream);
+    case 128: return LaunchChunks<128, kVec>(a, g, q, kc, vc, out, ws_o, ws_ml, token_cap, stream);
+    default: return LaunchChunks<256, kVec>(a, g, q, kc, vc, out, ws_o, ws_ml, token_cap, stream);
+  }
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+extern "C" int64_t specworker_paged_attention_bf16_workspace_bytes(int token_cap, int num_heads, int head_dim,
+                                                                   int block_size, int max_blocks_per_seq) {
+  if (token_cap < 0 || num_heads < 0 || head_dim < 0 || block_size < 1 || max_blocks_per_seq < 0) return -1;
+  const int64_t nc = CeilDiv(static_cast<int64_t>(max_blocks_per_seq) * block_size, kChunkKeys);
+  return static_cast<int64_t>(token_cap) * num_heads * nc * (head_dim + 2) * 4;
+}
+
+extern "C" int specworker_paged_attention_bf16_launch(
+    const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* key_cache,
+    __nv_bfloat16* value_cache, const int32_t* block_tables, const int32_t* cu_seqlens_q,
+    const int32_t* seq_lens_decoder, const int32_t* seq_lens_this_time, const int32_t* batch_id_per_token,
+    __nv_bfloat16* out, float* workspace, int64_t workspace_bytes, int token_cap, int bsz, int num_heads,
+    int num_kv_heads, int head_dim, int num_blocks, int block_size, int max_blocks_per_seq, float scale,
+    cudaStream_t stream) {
+  if (token_cap < 0 || bsz < 0 || num_heads < 1 || num_kv_heads < 1 || num_heads % num_kv_heads != 0 ||
+      num_kv_heads > kMaxGrid || head_dim < 1 || head_dim > kMaxHeadDim || num_blocks < 0 || block_size < 1 ||
+      max_blocks_per_seq < 0 || static_cast<int64_t>(max_blocks_per_seq) * block_size > INT32_MAX ||
+      num_heads > kMaxGrid) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  const Tiling g = MakeTiling(num_heads, num_kv_heads, block_size, max_blocks_per_seq);
+  if (static_cast<int64_t>(num_kv_heads) * g.nsg > kMaxGrid) return static_cast<int>(cudaErrorInvalidValue);
+  const int64_t need = specworker_paged_attention_bf16_workspace_bytes(token_cap, num_heads, head_dim,
+                                                                       block_size, max_blocks_per_seq);
+  if (workspace_bytes < need || (need > 0 && workspace == nullptr)) return static_cast<int>(cudaErrorInvalidValue);
+  if (token_cap == 0) return static_cast<int>(cudaSuccess);
+  int device = 0, major = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (err != cudaSuccess) return static_cast<int>(err);
+  if (major < 8) return static_cast<int>(cudaErrorNotSupported);  // no bf16 MMA / cp.async before sm_80
+
+  const Params a{block_tables, cu_seqlens_q, seq_lens_decoder, seq_lens_this_time, batch_id_per_token, bsz,
+                 num_heads, num_kv_heads, head_dim, num_blocks, block_size, max_blocks_per_seq, scale};
+  AppendKernel<bf16><<<token_cap, kThreads, 0, stream>>>(a, k, v, key_cache, value_cache);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return static_cast<int>(err);
+  const int dp = head_dim <= 32 ? 32 : head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256;
+  float* ws_o = workspace;
+  float* ws_ml = workspace + static_cast<int64_t>(token_cap) * num_heads * g.nc * head_dim;
+  const bool vec = head_dim % 8 == 0 && Aligned16(key_cache) && Aligned16(value_cache);
+  const int rc = vec ? LaunchFor<true>(dp, a, g, q, key_cache, value_cache, out, ws_o, ws_ml, token_cap, stream)
+                     : LaunchFor<false>(dp, a, g, q, key_cache, value_cache, out, ws_o, ws_ml, token_cap, stream);
+  if (rc != 0) return rc;
+  // The chunk weights and l, rounded up and padded: the unrolled chunk loop may load the weights 4 at a time.
+  const int combine_bytes = ((g.nc + 1 + 7) / 8 * 8 + 8) * 4;
+  if (combine_bytes > 48 * 1024) {
+    err = cudaFuncSetAttribute(CombineKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, combine_bytes);
+    if (err != cudaSuccess) return static_cast<int>(err);
+  }
+  CombineKernel<<<dim3(token_cap, num_heads), kThreads, combine_bytes, stream>>>(a, g, ws_o, ws_ml, out);
+  return static_cast<int>(cudaGetLastError());
+}

@@ -1,0 +1,204 @@
+"""paged_attention's bfloat16 tensor-core kernel (specworker_paged_attention_bf16_launch) beyond the shared
+cases of test_paged_attention_cuda.py (literal, grid, batch invariance, head dims, which run it for bfloat16):
+128-key chunk edges and long histories, the model head layouts (query tiles of 16 / min(group, 16) rows,
+head groups past 16 heads per kv head), batch invariance across chunks, splits and query tiles, bsz 128,
+the bounds checks of its own (a query tile whose first row is bad), the workspace check and graph capture.
+
+Tolerance: bf16 inputs, float32 scores and sums, P rounded to bf16 for P V, output rounded to bf16, against the
+float64 reference: rtol = atol = 8e-3 (tests/gpu/test_paged_attention_cuda.py's bfloat16 tolerance).
+"""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from kernel_harness import paged_attention
+from tests.gpu.harness import require_gpu
+from tests.gpu.paged_attention_device import expect_with_skips, launch, run_cuda, to_device
+from tests.paged_attention_case_tests import check_against_reference
+from tests.paged_attention_cases import invariance_runs, literal_case, make_attention_case, pack_case, random_slot
+
+cp = require_gpu()
+
+TOL = dict(rtol=8e-3, atol=8e-3)
+CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE = 0, 1
+# (num_heads, num_kv_heads): SmolLM2 (group 3: tiles of 5 rows), Llama-3-8B (group 4), multi-query 32:1
+# (two head groups of 16), group 20 (head groups of 16 and 4), group 6 (tiles of 2 rows, 12 of 16 MMA rows).
+LAYOUTS = [(9, 3), (32, 8), (32, 1), (20, 1), (12, 2)]
+
+
+def _check(case):
+    check_against_reference(run_cuda(case, "bfloat16"), case, TOL)
+
+
+def _slots(rng, specs, heads, head_dim):
+    return [random_slot(rng, dec, length, *heads, head_dim, "bfloat16") for dec, length in specs]
+
+
+# Chunks of 128 keys, tiles of 64: the last key of chunk 0 (127), the first of chunk 1 (128), verify steps across
+# an edge (124..127, 126..129, 254..257), the middle tile edge (63, 64), a long history (4000: 32 chunks).
+@pytest.mark.parametrize("dec", [0, 60, 63, 124, 126, 127, 128, 254, 511, 4000])
+@pytest.mark.parametrize("heads, head_dim", [((9, 3), 64), ((32, 8), 128)])
+def test_paged_attention_bf16_cuda_chunk_edges(dec, heads, head_dim):
+    rng = np.random.default_rng(dec + head_dim)
+    slots = _slots(rng, [(dec, 4), (dec + 1, 1), (0, 0), (max(dec - 3, 0), 7), (dec, 1)], heads, head_dim)
+    _check(pack_case(rng, slots, 16, garbage="nan" if dec % 2 else "large", dtype="bfloat16"))
+
+
+@pytest.mark.parametrize("heads", LAYOUTS, ids=lambda h: f"h{h[0]}kv{h[1]}")
+@pytest.mark.parametrize("kind", ["mixed", "all_prefill", "all_decode", "stopped"])
+def test_paged_attention_bf16_cuda_head_layouts(heads, kind):
+    case = make_attention_case(sum(heads) + len(kind), 17, kind, block_size=16, head_dim=64, heads=heads,
+                               dtype="bfloat16", max_model_len=80)
+    _check(case)
+
+
+@pytest.mark.parametrize("kind", ["mixed", "all_decode", "stopped"])
+def test_paged_attention_bf16_cuda_batch_128(kind):
+    """bsz 128 (the replay's largest batch), SmolLM2 heads, histories up to 480 positions (four chunks)."""
+    case = make_attention_case(128 + len(kind), 128, kind, block_size=16, head_dim=64, heads=(9, 3),
+                               dtype="bfloat16", max_model_len=120)
+    _check(case)
+
+
+def test_paged_attention_bf16_cuda_bsz_1():
+    rng = np.random.default_rng(1)
+    for dec, length in [(0, 1), (0, 37), (300, 1), (300, 4), (700, 3)]:
+        _check(pack_case(rng, _slots(rng, [(dec, length)], (32, 8), 128), 64, pad_rows=0, dtype="bfloat16"))
+
+
+# (block_size, head_dim, heads, dec, length): verify steps across a chunk edge and deep in a long history,
+# prefill chunks whose split (length // 3) is not a multiple of the query tile, head groups past 16.
+INVARIANCE = [
+    (16, 64, (9, 3), 125, 4),
+    (64, 128, (32, 8), 1000, 4),
+    (16, 64, (9, 3), 0, 40),
+    (16, 128, (32, 8), 250, 45),
+    (16, 64, (32, 1), 510, 4),
+    (16, 32, (20, 1), 100, 3),
+]
+
+
+@pytest.mark.parametrize("case", INVARIANCE, ids=lambda c: "-".join(map(str, c)))
+def test_paged_attention_bf16_cuda_is_batch_invariant(case):
+    """Alone, one query per step (decode on the kernel's own cache writes), among verify rows, in batches of 17
+    at three slot indices with different T_cap (so different split counts), split into two chunked steps:
+    identical bits."""
+    block_size, head_dim, heads, dec, length = case
+    runs = invariance_runs(lambda c: run_cuda(c, "bfloat16"), seed=dec + length, block_size=block_size,
+                           head_dim=head_dim, heads=heads, dtype="bfloat16", dec=dec, length=length)
+    base = runs.pop("alone")
+    assert np.isfinite(base).all()
+    for name, rows in runs.items():
+        assert np.array_equal(rows, base), f"{name}: max |diff| {np.abs(rows - base).max()}"
+
+
+def test_paged_attention_bf16_cuda_split_count_changes_no_bit():
+    """The same slot with T_cap = its 4 rows (many splits per block) and T_cap = 4 + 3000 padding rows (one
+    split: every block walks all chunks): the splits pick which block computes a chunk, never how."""
+    rng = np.random.default_rng(5)
+    slot = _slots(rng, [(2000, 4)], (32, 8), 128)
+    few = pack_case(np.random.default_rng(0), slot, 16, pad_rows=0, dtype="bfloat16")
+    many = pack_case(np.random.default_rng(0), slot, 16, pad_rows=3000, dtype="bfloat16")
+    a, b = run_cuda(few, "bfloat16")[0], run_cuda(many, "bfloat16")[0]
+    assert np.array_equal(a[:4], b[:4])
+    assert (b[4:] == 0).all()
+
+
+def test_paged_attention_bf16_cuda_is_deterministic():
+    case = make_attention_case(3, 33, "mixed", block_size=16, head_dim=128, heads=(32, 8), dtype="bfloat16",
+                               max_model_len=200)
+    first = run_cuda(case, "bfloat16")
+    for _ in range(3):
+        for x, y in zip(first, run_cuda(case, "bfloat16")):
+            assert np.array_equal(x, y, equal_nan=True)
+
+
+# --- bounds checks -------------------------------------------------------------------------------------
+
+def _case_with_tiles():
+    """Slot 0: verify, 4 queries at positions 300..303 (SmolLM2 heads: one query tile of 5 rows); slot 1:
+    prefill of 12 tokens (tiles of rows 0-4, 5-9, 10-11); slot 2: decode."""
+    rng = np.random.default_rng(11)
+    slots = _slots(rng, [(300, 4), (0, 12), (40, 1)], (9, 3), 64)
+    return pack_case(rng, slots, 16, garbage="large", dtype="bfloat16")
+
+
+def test_paged_attention_bf16_cuda_missing_history_block():
+    """block_tables[0, 3] = -1 (positions 48..63 of slot 0): every row of slot 0 reads it and is zero; the
+    other slots and slot 0's own cache writes are unaffected."""
+    case = _case_with_tiles()
+    want = expect_with_skips(case, zero_rows=range(4))
+    case.block_tables[0, 3] = -1
+    check_against_reference(run_cuda(case, "bfloat16"), case, TOL, want)
+
+
+def test_paged_attention_bf16_cuda_bad_first_row_of_a_query_tile():
+    """Row 9 (slot 1's token 5, the first of its second query tile) gets batch id -1: that row is zero and not
+    written, and so are rows 10..13 of its tile (documented: the tile is not computed); rows 4..8 and 14, 15
+    (the first and third tiles) are unaffected. Rows of other tiles never read positions 5..9 past their own."""
+    case = _case_with_tiles()
+    block = int(case.block_tables[1, 0])
+    want = expect_with_skips(case, zero_rows=range(9, 14), unwritten=[(block, 5)])
+    case.batch_id_per_token[9] = -1
+    # Rows 10..13 (positions 6..9) are still written by the append; rows 14, 15 read key 5, which was not.
+    out, key_cache, value_cache = run_cuda(case, "bfloat16")
+    np.testing.assert_array_equal(out[9:14], 0)
+    np.testing.assert_allclose(out[:9], want[0][:9], **TOL)
+    np.testing.assert_allclose(out[16], want[0][16], **TOL)
+    np.testing.assert_array_equal(key_cache[block, :, 5], case.key_cache[block, :, 5])
+    np.testing.assert_array_equal(key_cache[block, :, 6:10], want[1][block, :, 6:10])
+
+
+def test_paged_attention_bf16_cuda_rejects_small_workspace():
+    case = literal_case()
+    need = paged_attention.bf16_workspace_bytes(5, 2, 2, 2, 3)
+    assert need == 5 * 2 * 1 * (2 + 2) * 4
+    rc, *_ = launch(case, "bfloat16", workspace=cp.empty(need // 4 - 1, dtype=cp.float32))
+    assert rc == CUDA_ERROR_INVALID_VALUE
+
+
+@pytest.mark.parametrize("what, dims", [
+    ("head_dim 0", dict(head_dim=0)),
+    ("head_dim 257", dict(head_dim=257)),
+    ("gqa", dict(num_kv_heads=3)),
+    ("num_heads 0", dict(num_heads=0)),
+    ("block_size 0", dict(block_size=0)),
+    ("negative token_cap", dict(token_cap=-1)),
+    ("negative bsz", dict(bsz=-1)),
+])
+def test_paged_attention_bf16_cuda_rejects_bad_sizes(what, dims):
+    rc, *_ = launch(literal_case(), "bfloat16", dims=dims, workspace=cp.empty(1 << 16, dtype=cp.float32))
+    assert rc == CUDA_ERROR_INVALID_VALUE, what
+
+
+def test_paged_attention_bf16_cuda_captures_in_cuda_graph():
+    """No allocation and no host sync in the launcher (workspace given): it records into a graph whose replay
+    gives the result of a direct call."""
+    case = make_attention_case(9, 5, "mixed", block_size=16, head_dim=64, heads=(9, 3), dtype="bfloat16",
+                               max_model_len=200)
+    want = run_cuda(case, "bfloat16")
+    s = cp.cuda.Stream(non_blocking=True)
+    if not hasattr(s, "begin_capture"):
+        pytest.skip("this CuPy has no stream capture (cupy.cuda.Stream.begin_capture)")
+    arrays = {n: to_device(getattr(case, n), "bfloat16") for n in ("q", "k", "v", "key_cache", "value_cache")}
+    arrays.update({n: cp.asarray(getattr(case, n).astype(np.int32)) for n in
+                   ("block_tables", "cu_seqlens_q", "seq_lens_decoder", "seq_lens_this_time", "batch_id_per_token")})
+    arrays["out"] = cp.zeros(arrays["q"].shape, dtype=cp.uint16)
+    token_cap, num_heads, head_dim = case.q.shape
+    sizes = dict(token_cap=token_cap, bsz=case.seq_lens_this_time.shape[0], num_heads=num_heads,
+                 num_kv_heads=case.k.shape[1], head_dim=head_dim, num_blocks=case.key_cache.shape[0],
+                 block_size=case.block_size, max_blocks=case.block_tables.shape[1])
+    workspace = paged_attention.bf16_workspace(cp, sizes)
+    cp.cuda.get_current_stream().synchronize()
+    with s:
+        s.begin_capture()
+        rc = paged_attention.launch(cp, arrays, sizes, case.scale, "bfloat16", ctypes.c_void_p(s.ptr), workspace)
+        graph = s.end_capture()
+    assert rc == CUDA_SUCCESS
+    assert not cp.asnumpy(arrays["out"]).any()  # captured, not run
+    graph.launch(s)
+    s.synchronize()
+    out = (cp.asnumpy(arrays["out"]).astype(np.uint32) << 16).view(np.float32)
+    np.testing.assert_array_equal(out, want[0])
