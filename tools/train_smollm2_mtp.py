@@ -72,7 +72,8 @@ def cache(args) -> None:
     for split in args.splits.split(","):
         docs = documents(data, split, args.doc_tokens)
         ids, hid, greedy, doc, answer = [], [], [], [], []
-        for n, (toks, start) in enumerate(docs):
+        first = reuse_cache(args.reuse_cache, split, docs, (ids, hid, greedy, doc, answer)) if args.reuse_cache else 0
+        for n, (toks, start) in enumerate(docs[first:], start=first):
             x = paddle.to_tensor(np.array(toks, np.int64)[None])
             h = model.forward_train(x)[0]  # [L, H]
             g = model.logits_train(h).argmax(-1)  # [L]
@@ -88,6 +89,26 @@ def cache(args) -> None:
         np.savez(Path(args.work) / f"cache_{split}.npz", **arrays)
         print(f"[cache {split}] {len(docs)} documents, {len(arrays['ids'])} tokens, "
               f"{int(arrays['answer'].sum())} answer tokens {time.time() - t0:.0f}s", flush=True)
+
+
+def reuse_cache(work: str, split: str, docs: list[tuple[list[int], int]], arrays: tuple[list, ...]) -> int:
+    """Appends to `arrays` (ids, hidden, greedy, doc, answer) the per-document rows of an earlier cache of `split`
+    (e.g. before more chat prompts were added) for the longest prefix of `docs` it holds, checked token for
+    token; returns that prefix's length. The target's forward over one document is deterministic, so the rows
+    are those a fresh cache would compute."""
+    old = load_cache(work, split)
+    bounds = np.flatnonzero(np.diff(old["doc"], prepend=-1, append=-2))  # each document's first row, then the end
+    count = 0
+    for n in range(min(len(bounds) - 1, len(docs))):
+        lo, hi = bounds[n], bounds[n + 1]
+        toks, start = docs[n]
+        if old["doc"][lo] != n or old["ids"][lo:hi].tolist() != toks or int((~old["answer"][lo:hi]).sum()) != start:
+            break
+        for out, key in zip(arrays, ("ids", "hidden", "greedy", "doc", "answer")):
+            out.append(old[key][lo:hi])
+        count = n + 1
+    print(f"[cache {split}] reusing {count} of {len(docs)} documents from {work}", flush=True)
+    return count
 
 
 def load_cache(work: str, split: str) -> dict[str, np.ndarray]:
@@ -258,6 +279,8 @@ def main(argv=None) -> None:
     p.add_argument("--splits", default="train,held", help="cache: which splits")
     p.add_argument("--threads", type=int, default=2, help="math library threads (Paddle's default is 1)")
     p.add_argument("--doc-tokens", type=int, default=384, help="cache: first tokens of each text document")
+    p.add_argument("--reuse-cache", default=None, help="cache: an earlier --work whose cached documents are reused "
+                   "where they are the same documents (reuse_cache)")
     p.add_argument("--log-every", type=int, default=25)
     p.add_argument("--eval-every", type=int, default=200)
     p.add_argument("--eval-windows", type=int, default=12,
