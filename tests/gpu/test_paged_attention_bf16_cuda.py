@@ -2,7 +2,8 @@
 cases of test_paged_attention_cuda.py (literal, grid, batch invariance, head dims, which run it for bfloat16):
 128-key chunk edges and long histories, the model head layouts (query tiles of 16 / min(group, 16) rows,
 head groups past 16 heads per kv head), batch invariance across chunks, splits and query tiles, bsz 128,
-the bounds checks of its own (a query tile whose first row is bad), the workspace check and graph capture.
+the bounds checks of its own (a query tile whose first row is bad), the workspace check, graph capture, and the
+same bits on a stream of the caller's own (where, from sm_90, the launches overlap: programmatic dependent launch).
 
 Tolerance: bf16 inputs, float32 scores and sums, P rounded to bf16 for P V, output rounded to bf16, against the
 float64 reference: rtol = atol = 8e-3 (tests/gpu/test_paged_attention_cuda.py's bfloat16 tolerance).
@@ -149,6 +150,29 @@ def test_paged_attention_bf16_cuda_bad_first_row_of_a_query_tile():
     np.testing.assert_allclose(out[16], want[0][16], **TOL)
     np.testing.assert_array_equal(key_cache[block, :, 5], case.key_cache[block, :, 5])
     np.testing.assert_array_equal(key_cache[block, :, 6:10], want[1][block, :, 6:10])
+
+
+def test_paged_attention_bf16_cuda_overlapped_launches_same_bits():
+    """On a non-blocking stream (from sm_90 the chunk and combine kernels are programmatic dependent launches: each
+    starts while the kernel before it drains) the output and caches are the bits of a launch on the default stream
+    (no overlap): decode and verify rows over several chunks, this step's keys read back, a missing history block,
+    a bad first row of a query tile."""
+    rng = np.random.default_rng(21)
+    long_verify = pack_case(rng, _slots(rng, [(2000, 4), (130, 1), (0, 9), (300, 4)], (32, 8), 128), 64,
+                            garbage="nan", dtype="bfloat16")
+    missing = _case_with_tiles()
+    missing.block_tables[0, 3] = -1
+    bad_first = _case_with_tiles()
+    bad_first.batch_id_per_token[9] = -1
+    cases = [make_attention_case(128, 128, "mixed", block_size=16, head_dim=64, heads=(9, 3), dtype="bfloat16",
+                                 max_model_len=120), long_verify, missing, bad_first]
+    s = cp.cuda.Stream(non_blocking=True)
+    for i, case in enumerate(cases):
+        want = run_cuda(case, "bfloat16")
+        with s:
+            got = run_cuda(case, "bfloat16")
+        for name, x, y in zip(("out", "key_cache", "value_cache"), want, got):
+            assert np.array_equal(x, y, equal_nan=True), f"case {i}: {name}"
 
 
 def test_paged_attention_bf16_cuda_rejects_small_workspace():

@@ -2,19 +2,23 @@
 // append this step's K/V to the paged cache, then causal attention of each packed query row over its
 // slot's cache, float32 scores, softmax and accumulation (definition: cpu_ops/paged_attention.cc,
 // docs/spec.md §4.9). Shapes as in paged_attention.h; q, k, v, caches and out bfloat16.
-// Three launches on the caller's stream:
-//   1. AppendKernel (paged_kv.cuh): k[t], v[t] to the row's position.
+// Three launches on the caller's stream (on sm_90 and a stream of its own, the second and third are programmatic
+// dependent launches: each starts while the one before drains, reads only the index tensors, q and the block table
+// until griddepcontrol.wait, and writes nothing before it):
+//   1. AppendKernel: k[t], v[t] to the row's position (paged_kv.cuh's AppendKernel, with 16-byte copies).
 //   2. ChunkKernel: one block of 4 warps per (query tile, kv head, head group, split). A query tile is
 //      up to QT = 16 / HU consecutive rows of one slot (the first at a local index that is a multiple of
 //      QT) times HU = min(group, 16) of the kv head's query heads: the 16 rows of one MMA. Keys are cut
 //      into chunks of kChunkKeys = 128 at fixed positions (chunk c = keys 128c .. 128c + 127), a chunk
-//      into two tiles of 64 keys (both in flight at once through a two-stage cp.async ring), a tile among
-//      the warps (warp w: keys 16w .. 16w + 15 of every tile). Each warp keeps its own online softmax over
-//      its keys (S = Q K^T on tensor cores, scaled by scale * log2(e), masked past the row's position, m, l,
-//      P = exp2(S - m) rounded to bf16 for P V on tensor cores); at the chunk's end the four warp states are
-//      merged in warp order into the chunk's (m, l, O). A row whose position p < 128 has one chunk and gets
-//      out = O / l here; other rows store the chunk's state in the workspace. Split z takes chunks z, z + S,
-//      ...: S (chosen by the launcher from the grid size) picks which block computes a chunk, never how.
+//      into two tiles of 64 keys, a tile among the warps (warp w: keys 16w .. 16w + 15 of every tile). Split z
+//      takes chunks z, z + S, ...: its tiles stream through a two-stage cp.async ring without a break at chunk
+//      edges (the next chunk's first tile is in flight while a chunk's states merge; each tile looks its keys up
+//      in the block table itself). Each warp keeps its own online softmax over its keys (S = Q K^T on tensor
+//      cores, scaled by scale * log2(e), masked past the row's position, m, l, P = exp2(S - m) rounded to bf16
+//      for P V on tensor cores); at the chunk's end the four warp states are merged in warp order into the
+//      chunk's (m, l, O), through the ring stage just consumed. A row whose position p < 128 has one chunk and
+//      gets out = O / l here; other rows store the chunk's state in the workspace. S (chosen by the launcher
+//      from the grid size) picks which block computes a chunk, never how.
 //   3. CombineKernel: one block per (packed row, head); rows with chunks 0 .. p / 128 (more than one)
 //      merge their chunk states in chunk order; rows that cannot be computed get zeros.
 // Batch invariance: a row's arithmetic is fixed by its position p, its q and its slot's keys: chunk and
@@ -43,11 +47,8 @@ using specworker::LdMatrixX4;
 using specworker::LdMatrixX4Trans;
 using specworker::Load8;
 using specworker::Mma;
-using specworker::paged::AppendKernel;
 using specworker::paged::BlockOf;
 using specworker::paged::Params;
-using specworker::paged::ResolveRow;
-using specworker::paged::RowPos;
 using bf16 = __nv_bfloat16;
 
 constexpr int kThreads = 128;
@@ -82,36 +83,98 @@ struct Smem {
   static constexpr int kTile = kTileKeys * kStride;            // one K or V tile (bf16)
   static constexpr int kQ = kRows * kStride;
   static constexpr int kBytes = (kQ + 4 * kTile) * 2;           // Q + 2 stages x (K, V)
-  static_assert(kWarps * kRows * DP * 4 <= 4 * kTile * 2, "the warp merge fits in the ring");
 };
 
-// Element offset in the caches of every key of a chunk (kv head g), -1 past key_end or where the block is not
-// valid: one table lookup per key, in 32-bit arithmetic (positions fit in int32: the launcher checks).
-__device__ __forceinline__ void ChunkOffsets(const Params& a, int slot, int g, int key_begin, int key_end,
-                                             int64_t* s_off) {
-  for (int j = threadIdx.x; j < kChunkKeys; j += kThreads) {
-    const int pos = key_begin + j;
-    int64_t off = -1;
-    if (pos < key_end) {
-      const int32_t block = a.block_tables[static_cast<int64_t>(slot) * a.max_blocks + pos / a.block_size];
-      if (block >= 0 && block < a.num_blocks) {
-        off = ((static_cast<int64_t>(block) * a.num_kv_heads + g) * a.block_size + pos % a.block_size) * a.head_dim;
-      }
+// Programmatic dependent launch (sm_90): let the next kernel of the stream start, wait for the previous one's
+// completion and memory. Both are no-ops in a kernel launched without the attribute, and compile to nothing before
+// sm_90 (the launcher sets the attribute only from sm_90).
+__device__ __forceinline__ void LaunchDependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void WaitPrevious() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// paged_kv.cuh's ResolveRow with the three per-slot loads issued together (one dependent step after the batch
+// id, not three); the same result. local: the row's index in its slot's step.
+struct Row {
+  int slot;     // -1: not computed
+  int local;
+  int64_t pos;
+};
+__device__ __forceinline__ Row ResolveRowFast(const Params& a, int t) {
+  const Row none{-1, 0, 0};
+  const int b = a.batch_id_per_token[t];
+  if (b < 0 || b >= a.bsz) return none;
+  const int cu = a.cu_seqlens_q[b], len = a.seq_lens_this_time[b], dec = a.seq_lens_decoder[b];
+  const int64_t local = static_cast<int64_t>(t) - cu;
+  if (local < 0 || local >= len || dec < 0) return none;
+  const int64_t pos = dec + local;
+  if (pos >= static_cast<int64_t>(a.max_blocks) * a.block_size) return none;
+  return Row{b, static_cast<int>(local), pos};
+}
+
+// One block per packed row: k[t], v[t] to the row's cache position; a row the CPU op would refuse, or whose block
+// is not valid, writes nothing (paged_kv.cuh's AppendKernel). kVec: head_dim % 8 == 0, 16-byte aligned tensors.
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    AppendKernel(Params a, const bf16* __restrict__ k, const bf16* __restrict__ v, bf16* __restrict__ kc,
+                 bf16* __restrict__ vc) {
+  LaunchDependents();
+  const int t = blockIdx.x;
+  const Row r = ResolveRowFast(a, t);
+  if (r.slot < 0) return;
+  const int64_t block = BlockOf(a, r.slot, r.pos);
+  if (block < 0) return;
+  const int64_t offset = r.pos % a.block_size;
+  const int D = a.head_dim, per = kVec ? 8 : 1, n = a.num_kv_heads * D / per;
+  for (int e = threadIdx.x; e < n; e += kThreads) {
+    const int h = e * per / D, d = e * per - h * D;
+    const int64_t dst = ((block * a.num_kv_heads + h) * a.block_size + offset) * D + d;
+    const int64_t src = (static_cast<int64_t>(t) * a.num_kv_heads + h) * D + d;
+    if (kVec) {
+      *reinterpret_cast<uint4*>(kc + dst) = *reinterpret_cast<const uint4*>(k + src);
+      *reinterpret_cast<uint4*>(vc + dst) = *reinterpret_cast<const uint4*>(v + src);
+    } else {
+      kc[dst] = k[src];
+      vc[dst] = v[src];
     }
-    s_off[j] = off;
   }
 }
 
-// Stages the chunk's keys [64 i, 64 i + 64) into (Ks, Vs) from their offsets; keys with offset -1 are
-// zero-filled (never read).
+// Stages keys [key0, key0 + 64) of slot b, kv head g into (Ks, Vs), looking each key's block up in the table; keys
+// at or past n_keys, in a block that is not valid, or columns past head_dim are zero-filled (masked keys then add
+// exact zeros: P = 0 times a zero V). key0 < n_keys <= max_blocks * block_size.
 template <int DP, bool kVec>
-__device__ __forceinline__ void LoadTile(int head_dim, const int64_t* s_off, int i, const bf16* __restrict__ kc,
-                                         const bf16* __restrict__ vc, bf16* Ks, bf16* Vs) {
+__device__ __forceinline__ void LoadTile(const Params& a, int b, int g, int key0, int64_t n_keys,
+                                         const bf16* __restrict__ kc, const bf16* __restrict__ vc, bf16* Ks,
+                                         bf16* Vs) {
   constexpr int kChunksPerRow = DP / 8;
+  const int D = a.head_dim, bs = a.block_size;
+  const int32_t* table = a.block_tables + static_cast<int64_t>(b) * a.max_blocks;
+  const bool one_block = bs % kTileKeys == 0;  // the tile lies in one cache block: one lookup
+  int64_t base = -1;
+  if (one_block) {
+    const int32_t block = table[key0 / bs];
+    if (block >= 0 && block < a.num_blocks) base = ((static_cast<int64_t>(block) * a.num_kv_heads + g) * bs + key0 % bs) * D;
+  }
   for (int e = threadIdx.x; e < kTileKeys * kChunksPerRow; e += kThreads) {
     const int key = e / kChunksPerRow, col = (e % kChunksPerRow) * 8;
-    const int64_t off = s_off[kTileKeys * i + key];
-    const bool ok = off >= 0 && col < head_dim;
+    const int pos = key0 + key;
+    int64_t off = -1;
+    if (pos < n_keys) {
+      if (one_block) {
+        off = base < 0 ? -1 : base + static_cast<int64_t>(key) * D;
+      } else {
+        const int32_t block = table[pos / bs];
+        if (block >= 0 && block < a.num_blocks) off = ((static_cast<int64_t>(block) * a.num_kv_heads + g) * bs + pos % bs) * D;
+      }
+    }
+    const bool ok = off >= 0 && col < D;
     const int64_t row = ok ? off : 0;
     bf16* kd = Ks + key * Smem<DP>::kStride + col;
     bf16* vd = Vs + key * Smem<DP>::kStride + col;
@@ -119,8 +182,8 @@ __device__ __forceinline__ void LoadTile(int head_dim, const int64_t* s_off, int
       CpAsync16(kd, ok ? kc + row + col : kc, ok);
       CpAsync16(vd, ok ? vc + row + col : vc, ok);
     } else {
-      *reinterpret_cast<uint4*>(kd) = Load8(kc + row, col, head_dim, ok);
-      *reinterpret_cast<uint4*>(vd) = Load8(vc + row, col, head_dim, ok);
+      *reinterpret_cast<uint4*>(kd) = Load8(kc + row, col, D, ok);
+      *reinterpret_cast<uint4*>(vd) = Load8(vc + row, col, D, ok);
     }
   }
 }
@@ -135,19 +198,45 @@ template <int DP>
 struct WarpState {
   float m[2], l[2];           // running max (log2 domain), this thread's share of the exp sum
   float acc[DP / 8][4];       // O fragments: columns 8n + 2 (lane % 4) + {0, 1}
+  __device__ __forceinline__ void Reset() {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) m[r] = -INFINITY, l[r] = 0.0f;
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[n][j] = 0.0f;
+  }
+};
+
+// The Q operand fragments of a warp: kept in registers up to head_dim 128 (read from shared memory per tile above).
+template <int DP>
+struct QFrags {
+  static constexpr bool kInRegs = DP <= 128;
+  uint32_t v[kInRegs ? DP / 16 : 1][4];
+  __device__ __forceinline__ void Load(const bf16* Qs, int lane) {
+    if constexpr (kInRegs) {
+#pragma unroll
+      for (int kk = 0; kk < DP; kk += 16) LdMatrixX4(v[kk / 16], Qs + (lane % 16) * Smem<DP>::kStride + kk + (lane / 16) * 8);
+    }
+  }
 };
 
 // One warp's 16 keys [kb, kb + 16) of the staged tile: S, mask, rescale, P V.
 template <int DP>
-__device__ __forceinline__ void WarpTile(WarpState<DP>& st, const bf16* Qs, const bf16* Ks, const bf16* Vs,
-                                         int warp, int lane, int64_t kb, const int64_t (&lim)[2],
+__device__ __forceinline__ void WarpTile(WarpState<DP>& st, const QFrags<DP>& qf, const bf16* Qs, const bf16* Ks,
+                                         const bf16* Vs, int warp, int lane, int kb, const int (&lim)[2],
                                          float scale_log2) {
   constexpr int S = Smem<DP>::kStride;
   float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};  // [key n-tile][fragment]
 #pragma unroll
   for (int kk = 0; kk < DP; kk += 16) {
     uint32_t qa[4], kb4[4];
-    LdMatrixX4(qa, Qs + (lane % 16) * S + kk + (lane / 16) * 8);
+    if constexpr (QFrags<DP>::kInRegs) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) qa[i] = qf.v[kk / 16][i];
+    } else {
+      LdMatrixX4(qa, Qs + (lane % 16) * S + kk + (lane / 16) * 8);
+    }
     LdMatrixX4(kb4, Ks + (16 * warp + (lane % 8) + (lane / 16) * 8) * S + kk + ((lane / 8) % 2) * 8);
     const uint32_t b0[2] = {kb4[0], kb4[1]}, b1[2] = {kb4[2], kb4[3]};
     Mma(s[0], qa, b0);
@@ -159,7 +248,7 @@ __device__ __forceinline__ void WarpTile(WarpState<DP>& st, const bf16* Qs, cons
   for (int n = 0; n < 2; ++n) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int64_t key = kb + 8 * n + 2 * (lane % 4) + (j & 1);
+      const int key = kb + 8 * n + 2 * (lane % 4) + (j & 1);
       s[n][j] = key <= lim[j / 2] ? __fmul_rn(s[n][j], scale_log2) : -INFINITY;
       mx[j / 2] = fmaxf(mx[j / 2], s[n][j]);
     }
@@ -204,6 +293,80 @@ __device__ __forceinline__ void WarpTile(WarpState<DP>& st, const bf16* Qs, cons
   }
 }
 
+// The rows of a ChunkKernel block (filled once, read by every thread) and the chunk merge's per-row values.
+struct TileRows {
+  int64_t p[kRows];  // position, -1: not a row of this block
+  int t[kRows], h[kRows];
+  float warp_m[kWarps][kRows], warp_l[kWarps][kRows];
+  float f[kWarps][kRows];  // a warp's weight in the chunk merge: exp2(m_w - m)
+  float m[kRows], l[kRows];
+};
+
+// The end of chunk c: the four warp states merge in warp order (through `merge`, the ring stage just consumed:
+// [warp][row][DP + 8] floats, float2 stores free of bank conflicts) into the chunk's (m, l, O); rows with p < 128
+// write out = O / l, the others the chunk's state. Only rows that reach chunk c take part. Leaves `merge` free.
+template <int DP>
+__device__ __forceinline__ void MergeChunk(const Params& a, const Tiling& g, WarpState<DP>& st, TileRows& rows,
+                                           float* merge, int c, int warp, int lane, bf16* __restrict__ out,
+                                           float* __restrict__ ws_o, float* __restrict__ ws_ml) {
+  constexpr int kMS = DP + 8;
+  static_assert(kWarps * kRows * kMS * 4 <= 2 * Smem<DP>::kTile * 2, "the warp merge fits in one ring stage");
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    st.l[r] = __fadd_rn(st.l[r], __shfl_xor_sync(0xffffffffu, st.l[r], 1));
+    st.l[r] = __fadd_rn(st.l[r], __shfl_xor_sync(0xffffffffu, st.l[r], 2));
+  }
+  if (lane % 4 == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) rows.warp_m[warp][lane / 4 + 8 * r] = st.m[r], rows.warp_l[warp][lane / 4 + 8 * r] = st.l[r];
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = lane / 4 + 8 * r;
+    const int64_t p = rows.p[row];
+    if (p < 0 || p / kChunkKeys < c) continue;  // not a row, or it does not reach chunk c
+    float* dst = merge + (warp * kRows + row) * kMS + 2 * (lane % 4);
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n) *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(st.acc[n][2 * r], st.acc[n][2 * r + 1]);
+  }
+  __syncthreads();
+  if (threadIdx.x < kRows) {  // per row: m, the warp weights and l, in warp order
+    const int r = threadIdx.x;
+    const int64_t p = rows.p[r];
+    if (p >= 0 && p / kChunkKeys >= c) {
+      float m = -INFINITY;
+      for (int w = 0; w < kWarps; ++w) m = fmaxf(m, rows.warp_m[w][r]);  // finite: key 128c <= p is in
+      float l = 0.0f;
+      for (int w = 0; w < kWarps; ++w) {
+        const float f = exp2f(__fsub_rn(rows.warp_m[w][r], m));
+        rows.f[w][r] = f;
+        l = __fadd_rn(l, __fmul_rn(rows.warp_l[w][r], f));
+      }
+      rows.m[r] = m;
+      rows.l[r] = l;
+    }
+  }
+  __syncthreads();
+  const int D = a.head_dim;
+  for (int e = threadIdx.x; e < kRows * DP; e += kThreads) {
+    const int r = e / DP, d = e % DP;
+    const int64_t p = rows.p[r];
+    if (p < 0 || d >= D || p / kChunkKeys < c) continue;
+    float o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) o = __fadd_rn(o, __fmul_rn(merge[(w * kRows + r) * kMS + d], rows.f[w][r]));
+    const int t = rows.t[r], h = rows.h[r];
+    if (p < kChunkKeys) {
+      out[(static_cast<int64_t>(t) * a.num_heads + h) * D + d] = __float2bfloat16_rn(__fdiv_rn(o, rows.l[r]));
+    } else {
+      const int64_t i = PartialIndex(a, g, t, h, c);
+      ws_o[i * D + d] = o;
+      if (d == 0) ws_ml[2 * i] = rows.m[r], ws_ml[2 * i + 1] = rows.l[r];
+    }
+  }
+  __syncthreads();  // `merge` and the row values are free
+}
+
 template <int DP, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     ChunkKernel(Params a, Tiling g, const bf16* __restrict__ q, const bf16* __restrict__ kc,
@@ -212,125 +375,98 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
   bf16* ring = Qs + Smem<DP>::kQ;  // stage s: K at ring + 2s tiles, V one tile further
-  float* merge = reinterpret_cast<float*>(ring);  // [warp][row][DP] after a chunk
-  __shared__ int64_t row_p[kRows];  // position, -1: not a row of this block
-  __shared__ int row_t[kRows], row_h[kRows];
-  __shared__ float warp_m[kWarps][kRows], warp_l[kWarps][kRows];
-  __shared__ int64_t s_off[kChunkKeys];  // the chunk's cache offsets (ChunkOffsets)
+  __shared__ TileRows rows;
+  __shared__ int lead_slot;  // row t0's slot, -1 unless it is computed and the first row of its query tile
 
-  const int t0 = blockIdx.x;
+  LaunchDependents();
+  const int t0 = blockIdx.x, T = gridDim.x;
   const int kvh = blockIdx.y / g.nsg, sg = blockIdx.y % g.nsg;
-  const RowPos lead = ResolveRow(a, t0);
-  if (lead.slot < 0) return;
-  const int b = lead.slot;
-  const int local0 = t0 - a.cu_seqlens_q[b];
-  if (local0 % g.qt != 0) return;
-  if (threadIdx.x < kRows) {
+  const int D = a.head_dim;
+  // Q first (the index tensors are not needed to read it): a row that turns out not to be computed only feeds
+  // its own MMA row, which is never stored.
+  if (kVec) {
+    for (int e = threadIdx.x; e < kRows * (DP / 8); e += kThreads) {
+      const int r = e / (DP / 8), col = (e % (DP / 8)) * 8, qi = r / g.hu, hj = sg * g.hu + r % g.hu;
+      const bool ok = qi < g.qt && hj < g.group && t0 + qi < T && col < D;
+      const bf16* src = ok ? q + (static_cast<int64_t>(t0 + qi) * a.num_heads + kvh * g.group + hj) * D + col : q;
+      CpAsync16(Qs + r * Smem<DP>::kStride + col, src, ok);
+    }
+    CpAsyncCommit();
+  }
+  if (threadIdx.x < kRows) {  // every row and the tile's first one, in parallel
     const int r = threadIdx.x, qi = r / g.hu, hj = sg * g.hu + r % g.hu;
     const int t = t0 + qi;
+    const Row lead = ResolveRowFast(a, t0);
     int64_t p = -1;
-    if (qi < g.qt && hj < g.group && local0 + qi < a.seq_lens_this_time[b] && t < static_cast<int>(gridDim.x)) {
-      const RowPos rp = ResolveRow(a, t);
-      if (rp.slot == b) p = rp.pos;
+    if (qi < g.qt && hj < g.group && t < T && lead.slot >= 0) {
+      const Row rp = ResolveRowFast(a, t);
+      if (rp.slot == lead.slot) p = rp.pos;
     }
-    row_p[r] = p;
-    row_t[r] = t;
-    row_h[r] = kvh * g.group + hj;
+    rows.p[r] = p;
+    rows.t[r] = t;
+    rows.h[r] = kvh * g.group + hj;
+    if (r == 0) lead_slot = lead.slot >= 0 && lead.local % g.qt == 0 ? lead.slot : -1;
   }
   __syncthreads();
+  WaitPrevious();  // the append's cache writes are visible from here on
   int64_t p_max = -1;
-  for (int r = 0; r < kRows; ++r) p_max = p_max > row_p[r] ? p_max : row_p[r];
+  for (int r = 0; r < kRows; ++r) p_max = p_max > rows.p[r] ? p_max : rows.p[r];
   const int64_t n_keys = p_max + 1;
   const int n_chunks = CeilDiv(n_keys, kChunkKeys);
-  if (static_cast<int>(blockIdx.z) >= n_chunks) return;
-
-  const int D = a.head_dim;
-  for (int e = threadIdx.x; e < kRows * DP; e += kThreads) {
-    const int r = e / DP, d = e % DP;
-    bf16 x = __float2bfloat16_rn(0.0f);
-    if (row_p[r] >= 0 && d < D) x = q[(static_cast<int64_t>(row_t[r]) * a.num_heads + row_h[r]) * D + d];
-    Qs[r * Smem<DP>::kStride + d] = x;
-  }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t lim[2] = {row_p[lane / 4], row_p[lane / 4 + 8]};  // last key each fragment row may see
-  const float scale_log2 = __fmul_rn(a.scale, kLog2e);
-
-  for (int c = blockIdx.z; c < n_chunks; c += gridDim.z) {
-    const int64_t key_begin = static_cast<int64_t>(c) * kChunkKeys;
-    const int64_t key_end = n_keys < key_begin + kChunkKeys ? n_keys : key_begin + kChunkKeys;
-    const int n_tiles = CeilDiv(key_end - key_begin, kTileKeys);
-    WarpState<DP> st;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) st.m[r] = -INFINITY, st.l[r] = 0.0f;
-#pragma unroll
-    for (int n = 0; n < DP / 8; ++n)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) st.acc[n][j] = 0.0f;
-
-    ChunkOffsets(a, b, kvh, static_cast<int>(key_begin), static_cast<int>(key_end), s_off);
-    __syncthreads();
-    // Ring of two stages: tiles 0 and 1 in flight from the start, tile it + 2 issued once tile it is done.
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      if (i < n_tiles) {
-        LoadTile<DP, kVec>(D, s_off, i, kc, vc, ring + 2 * i * Smem<DP>::kTile, ring + (2 * i + 1) * Smem<DP>::kTile);
-      }
-      CpAsyncCommit();
-    }
-    for (int it = 0; it < n_tiles; ++it) {
-      CpAsyncWait<1>();  // tile it has landed (this thread's copies) ...
-      __syncthreads();   // ... and everyone's; Qs is written too
-      bf16* stage = ring + 2 * (it % 2) * Smem<DP>::kTile;
-      const int64_t kb = key_begin + it * kTileKeys + 16 * warp;
-      if (kb < key_end) {  // a warp past the keys would add exact zeros: skipping it changes no bit
-        WarpTile<DP>(st, Qs, stage, stage + Smem<DP>::kTile, warp, lane, kb, lim, scale_log2);
-      }
-      __syncthreads();  // every warp is done with this stage
-      if (it + 2 < n_tiles) LoadTile<DP, kVec>(D, s_off, it + 2, kc, vc, stage, stage + Smem<DP>::kTile);
-      CpAsyncCommit();
-    }
+  const int z = blockIdx.z, splits = gridDim.z;
+  const int b = lead_slot;
+  if (b < 0 || z >= n_chunks) {
     CpAsyncWait<0>();
-    __syncthreads();
-
-    // Merge the four warps in warp order into the chunk's state.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      st.l[r] = __fadd_rn(st.l[r], __shfl_xor_sync(0xffffffffu, st.l[r], 1));
-      st.l[r] = __fadd_rn(st.l[r], __shfl_xor_sync(0xffffffffu, st.l[r], 2));
-    }
-    if (lane % 4 == 0) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) warp_m[warp][lane / 4 + 8 * r] = st.m[r], warp_l[warp][lane / 4 + 8 * r] = st.l[r];
-    }
-#pragma unroll
-    for (int n = 0; n < DP / 8; ++n)
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        merge[(warp * kRows + lane / 4 + 8 * (j / 2)) * DP + 8 * n + 2 * (lane % 4) + (j & 1)] = st.acc[n][j];
-    __syncthreads();
+    return;
+  }
+  if (!kVec) {
     for (int e = threadIdx.x; e < kRows * DP; e += kThreads) {
       const int r = e / DP, d = e % DP;
-      const int64_t p = row_p[r];
-      if (p < 0 || d >= D || p / kChunkKeys < c) continue;  // not a row, or it does not reach chunk c
-      float m = -INFINITY;
-      for (int w = 0; w < kWarps; ++w) m = fmaxf(m, warp_m[w][r]);  // finite: key 128c <= p is in
-      float l = 0.0f, o = 0.0f;
-      for (int w = 0; w < kWarps; ++w) {
-        const float f = exp2f(__fsub_rn(warp_m[w][r], m));
-        l = __fadd_rn(l, __fmul_rn(warp_l[w][r], f));
-        o = __fadd_rn(o, __fmul_rn(merge[(w * kRows + r) * DP + d], f));
-      }
-      const int t = row_t[r], h = row_h[r];
-      if (p < kChunkKeys) {
-        out[(static_cast<int64_t>(t) * a.num_heads + h) * D + d] = __float2bfloat16_rn(__fdiv_rn(o, l));
-      } else {
-        const int64_t i = PartialIndex(a, g, t, h, c);
-        ws_o[i * D + d] = o;
-        if (d == 0) ws_ml[2 * i] = m, ws_ml[2 * i + 1] = l;
-      }
+      bf16 x = __float2bfloat16_rn(0.0f);
+      if (rows.p[r] >= 0 && d < D) x = q[(static_cast<int64_t>(rows.t[r]) * a.num_heads + rows.h[r]) * D + d];
+      Qs[r * Smem<DP>::kStride + d] = x;
     }
-    __syncthreads();  // the next chunk's copies overwrite the merge area
   }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  // The last key each fragment row may see (positions fit in int32: the launcher checks).
+  const int lim[2] = {static_cast<int>(rows.p[lane / 4]), static_cast<int>(rows.p[lane / 4 + 8])};
+  const float scale_log2 = __fmul_rn(a.scale, kLog2e);
+
+  // Tile slot i: tile i % 2 of chunk z + S (i / 2); a slot past the keys loads and computes nothing.
+  const int n_slots = 2 * ((n_chunks - 1 - z) / splits + 1);
+  auto issue = [&](int i) {
+    const int key0 = (z + splits * (i / 2)) * kChunkKeys + (i % 2) * kTileKeys;
+    bf16* stage = ring + 2 * (i % 2) * Smem<DP>::kTile;
+    if (key0 < n_keys) LoadTile<DP, kVec>(a, b, kvh, key0, n_keys, kc, vc, stage, stage + Smem<DP>::kTile);
+    CpAsyncCommit();
+  };
+  issue(0);
+  issue(1);
+  WarpState<DP> st;
+  st.Reset();
+  QFrags<DP> qf;
+  for (int i = 0; i < n_slots; ++i) {
+    CpAsyncWait<1>();  // tile slot i has landed (this thread's copies; Q's too) ...
+    __syncthreads();   // ... and everyone's
+    if (i == 0) qf.Load(Qs, lane);
+    const int c = z + splits * (i / 2);
+    bf16* stage = ring + 2 * (i % 2) * Smem<DP>::kTile;
+    const int kb = c * kChunkKeys + (i % 2) * kTileKeys + 16 * warp;
+    if (kb < n_keys) {  // a warp past the keys would add exact zeros: skipping it changes no bit
+      WarpTile<DP>(st, qf, Qs, stage, stage + Smem<DP>::kTile, warp, lane, kb, lim, scale_log2);
+    }
+    __syncthreads();  // every warp is done with this stage
+    if (i % 2 == 1) {
+      MergeChunk<DP>(a, g, st, rows, reinterpret_cast<float*>(stage), c, warp, lane, out, ws_o, ws_ml);
+      st.Reset();
+    }
+    if (i + 2 < n_slots) {
+      issue(i + 2);
+    } else {
+      CpAsyncCommit();  // an empty group keeps the wait count
+    }
+  }
+  CpAsyncWait<0>();
 }
 
 // One block per (packed row, head), threads over head_dim: zero a row that cannot be computed, merge the chunk
@@ -338,35 +474,39 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     CombineKernel(Params a, Tiling g, const float* __restrict__ ws_o, const float* __restrict__ ws_ml,
                   bf16* __restrict__ out) {
-  extern __shared__ float s_f[];  // [nc]: exp2(m_c - m) of each chunk, then l in s_f[nc]
+  extern __shared__ float s_f[];  // [nc]: exp2(m_c - m) of each chunk, then l in s_f[nc]; m_c, l_c first
   const int t = blockIdx.x, h = blockIdx.y;
   const int D = a.head_dim;
   bf16* o_row = out + (static_cast<int64_t>(t) * a.num_heads + h) * D;
-  const RowPos r = ResolveRow(a, t);
+  const Row r = ResolveRowFast(a, t);
   int bad = r.slot < 0;
   if (!bad) {
     // The row's query tile must have been computed: its first row resolves to the same slot.
-    const int local = t - a.cu_seqlens_q[r.slot];
-    const RowPos lead = ResolveRow(a, t - local % g.qt);
+    const Row lead = ResolveRowFast(a, t - r.local % g.qt);
     bad = lead.slot != r.slot;
     for (int64_t j = threadIdx.x; !bad && j <= r.pos / a.block_size; j += kThreads) {
       bad |= BlockOf(a, r.slot, j * a.block_size) < 0;  // a block among positions 0..p is missing
     }
   }
-  if (__syncthreads_or(bad)) {
+  bad = __syncthreads_or(bad);
+  WaitPrevious();  // the chunk kernel's states and rows are visible from here on (every block waits)
+  if (bad) {
     for (int d = threadIdx.x; d < D; d += kThreads) o_row[d] = __float2bfloat16_rn(0.0f);
     return;
   }
   if (r.pos < kChunkKeys) return;  // one chunk: ChunkKernel wrote the row
   const int n_chunks = static_cast<int>(r.pos / kChunkKeys) + 1;
   const int64_t i0 = PartialIndex(a, g, t, h, 0);
+  float* s_m = s_f + g.nc + 1;  // [nc] m_c, then [nc] l_c
+  for (int c = threadIdx.x; c < n_chunks; c += kThreads) s_m[c] = ws_ml[2 * (i0 + c)], s_m[g.nc + c] = ws_ml[2 * (i0 + c) + 1];
+  __syncthreads();
   if (threadIdx.x == 0) {  // one thread, chunk order: the weights and the sum
     float m = -INFINITY;
-    for (int c = 0; c < n_chunks; ++c) m = fmaxf(m, ws_ml[2 * (i0 + c)]);
+    for (int c = 0; c < n_chunks; ++c) m = fmaxf(m, s_m[c]);
     float l = 0.0f;
     for (int c = 0; c < n_chunks; ++c) {
-      s_f[c] = exp2f(__fsub_rn(ws_ml[2 * (i0 + c)], m));
-      l = __fadd_rn(l, __fmul_rn(ws_ml[2 * (i0 + c) + 1], s_f[c]));
+      s_f[c] = exp2f(__fsub_rn(s_m[c], m));
+      l = __fadd_rn(l, __fmul_rn(s_m[g.nc + c], s_f[c]));
     }
     s_f[g.nc] = l;
   }
@@ -390,15 +530,34 @@ Tiling MakeTiling(int num_heads, int num_kv_heads, int block_size, int max_block
   return g;
 }
 
+// kernel<<<grid, kThreads, bytes, stream>>>(args...), as a programmatic dependent launch when pdl.
+template <typename... KArgs, typename... Args>
+cudaError_t Launch(bool pdl, void (*kernel)(KArgs...), dim3 grid, int bytes, cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(bytes);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 template <int DP, bool kVec>
-int LaunchChunks(const Params& a, const Tiling& g, const bf16* q, const bf16* kc, const bf16* vc, bf16* out,
-                 float* ws_o, float* ws_ml, int token_cap, cudaStream_t stream) {
+int LaunchChunks(bool pdl, const Params& a, const Tiling& g, const bf16* q, const bf16* kc, const bf16* vc,
+                 bf16* out, float* ws_o, float* ws_ml, int token_cap, cudaStream_t stream) {
   auto kernel = ChunkKernel<DP, kVec>;
   const int bytes = Smem<DP>::kBytes;
-  if (bytes > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (err != cudaSuccess) return static_cast<int>(err);
+  cudaError_t err = cudaSuccess;
+  if (bytes > 48 * 1024) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  // All of L1 as shared memory: the blocks per SM are bounded by their shared memory (cp.async.cg skips L1).
+  if (err == cudaSuccess) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   }
+  if (err != cudaSuccess) return static_cast<int>(err);
   // Splits only spread the chunks over more blocks (file comment): enough to fill the GPU at small batch.
   const int64_t units = static_cast<int64_t>(token_cap) * a.num_kv_heads * g.nsg;
   int splits = CeilDiv(kTargetBlocks, units);
@@ -406,18 +565,17 @@ int LaunchChunks(const Params& a, const Tiling& g, const bf16* q, const bf16* kc
   splits = splits < 1 ? 1 : (splits > kMaxGrid ? kMaxGrid : splits);
   const dim3 grid(static_cast<unsigned>(token_cap), static_cast<unsigned>(a.num_kv_heads * g.nsg),
                   static_cast<unsigned>(splits));
-  kernel<<<grid, kThreads, bytes, stream>>>(a, g, q, kc, vc, out, ws_o, ws_ml);
-  return static_cast<int>(cudaGetLastError());
+  return static_cast<int>(Launch(pdl, kernel, grid, bytes, stream, a, g, q, kc, vc, out, ws_o, ws_ml));
 }
 
 template <bool kVec>
-int LaunchFor(int dp, const Params& a, const Tiling& g, const bf16* q, const bf16* kc, const bf16* vc,
+int LaunchFor(int dp, bool pdl, const Params& a, const Tiling& g, const bf16* q, const bf16* kc, const bf16* vc,
               bf16* out, float* ws_o, float* ws_ml, int token_cap, cudaStream_t stream) {
   switch (dp) {
-    case 32: return LaunchChunks<32, kVec>(a, g, q, kc, vc, out, ws_o, ws_ml, token_cap, stream);
-    case 64: return LaunchChunks<64, kVec>(a, g, q, kc, vc, out, ws_o, ws_ml, token_cap, stream);
-    case 128: return LaunchChunks<128, kVec>(a, g, q, kc, vc, out, ws_o, ws_ml, token_cap, stream);
-    default: return LaunchChunks<256, kVec>(a, g, q, kc, vc, out, ws_o, ws_ml, token_cap, stream);
+    case 32: return LaunchChunks<32, kVec>(pdl, a, g, q, kc, vc, out, ws_o, ws_ml, token_cap, stream);
+    case 64: return LaunchChunks<64, kVec>(pdl, a, g, q, kc, vc, out, ws_o, ws_ml, token_cap, stream);
+    case 128: return LaunchChunks<128, kVec>(pdl, a, g, q, kc, vc, out, ws_o, ws_ml, token_cap, stream);
+    default: return LaunchChunks<256, kVec>(pdl, a, g, q, kc, vc, out, ws_o, ws_ml, token_cap, stream);
   }
 }
 
@@ -456,25 +614,34 @@ extern "C" int specworker_paged_attention_bf16_launch(
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (err != cudaSuccess) return static_cast<int>(err);
   if (major < 8) return static_cast<int>(cudaErrorNotSupported);  // no bf16 MMA / cp.async before sm_80
+  // Programmatic dependent launches from sm_90, on a stream of the caller's own (not the legacy or per-thread
+  // default stream).
+  const bool pdl = major >= 9 && stream != nullptr && stream != cudaStreamLegacy && stream != cudaStreamPerThread;
 
   const Params a{block_tables, cu_seqlens_q, seq_lens_decoder, seq_lens_this_time, batch_id_per_token, bsz,
                  num_heads, num_kv_heads, head_dim, num_blocks, block_size, max_blocks_per_seq, scale};
-  AppendKernel<bf16><<<token_cap, kThreads, 0, stream>>>(a, k, v, key_cache, value_cache);
+  const bool vec = head_dim % 8 == 0 && Aligned16(q) && Aligned16(k) && Aligned16(v) && Aligned16(key_cache) &&
+                   Aligned16(value_cache);
+  if (vec) {
+    AppendKernel<true><<<token_cap, kThreads, 0, stream>>>(a, k, v, key_cache, value_cache);
+  } else {
+    AppendKernel<false><<<token_cap, kThreads, 0, stream>>>(a, k, v, key_cache, value_cache);
+  }
   err = cudaGetLastError();
   if (err != cudaSuccess) return static_cast<int>(err);
   const int dp = head_dim <= 32 ? 32 : head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256;
   float* ws_o = workspace;
   float* ws_ml = workspace + static_cast<int64_t>(token_cap) * num_heads * g.nc * head_dim;
-  const bool vec = head_dim % 8 == 0 && Aligned16(key_cache) && Aligned16(value_cache);
-  const int rc = vec ? LaunchFor<true>(dp, a, g, q, key_cache, value_cache, out, ws_o, ws_ml, token_cap, stream)
-                     : LaunchFor<false>(dp, a, g, q, key_cache, value_cache, out, ws_o, ws_ml, token_cap, stream);
+  const int rc = vec ? LaunchFor<true>(dp, pdl, a, g, q, key_cache, value_cache, out, ws_o, ws_ml, token_cap, stream)
+                     : LaunchFor<false>(dp, pdl, a, g, q, key_cache, value_cache, out, ws_o, ws_ml, token_cap, stream);
   if (rc != 0) return rc;
-  // The chunk weights and l, rounded up and padded: the unrolled chunk loop may load the weights 4 at a time.
-  const int combine_bytes = ((g.nc + 1 + 7) / 8 * 8 + 8) * 4;
+  // The chunk weights and l, then each chunk's m and l, rounded up and padded: the unrolled chunk loop may load
+  // the weights 4 at a time.
+  const int combine_bytes = ((3 * g.nc + 1 + 7) / 8 * 8 + 8) * 4;
   if (combine_bytes > 48 * 1024) {
     err = cudaFuncSetAttribute(CombineKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, combine_bytes);
     if (err != cudaSuccess) return static_cast<int>(err);
   }
-  CombineKernel<<<dim3(token_cap, num_heads), kThreads, combine_bytes, stream>>>(a, g, ws_o, ws_ml, out);
-  return static_cast<int>(cudaGetLastError());
+  return static_cast<int>(Launch(pdl, CombineKernel, dim3(token_cap, num_heads), combine_bytes, stream, a, g,
+                                 static_cast<const float*>(ws_o), static_cast<const float*>(ws_ml), out));
 }
