@@ -13,6 +13,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SMOLLM2_DIR = REPO / "models" / "smollm2-135m"
 SMOLLM2_CONFIG = REPO / "configs" / "smollm2.yaml"
+# the MTP head trained for it (tools/train_smollm2_mtp.py, docs/smollm2_mtp.md), committed with the package
+SMOLLM2_MTP_DIR = REPO / "specworker" / "model_executor" / "models" / "weights" / "smollm2_mtp"
 
 
 def require_smollm2() -> Path:

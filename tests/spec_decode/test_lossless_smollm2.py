@@ -1,9 +1,9 @@
 """Lossless speculative decoding on the real default model (SmolLM2-135M-Instruct): greedy output of the
 speculative path equals greedy non-speculative output, token for token, for randomized requests (real
 English and random-id prompts) with staggered arrivals, aborts, reorders, penalties and stop tokens.
-SmolLM2 has no trained MTP head yet, so the drafters are the naive proposer (the speculative sampler with
-no drafts), an oracle (the target's own continuation: everything accepted), an adversary (always wrong), and the
-lookup proposers, ngram and suffix (>= 100 requests each, prompts that invite copying)."""
+The drafters are the naive proposer (the speculative sampler with no drafts), an oracle (the target's own
+continuation: everything accepted), an adversary (always wrong), the lookup proposers, ngram and suffix, and the
+trained MTP head (docs/smollm2_mtp.md) at k = 2 and 3 (>= 100 requests each, prompts that invite copying)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from specworker.config import config_from_dict
 from specworker.hf_tokenizer import load_tokenizer
 from specworker.sampling_params import SamplingParams
 from specworker.worker.worker import Worker
-from tests.smollm2 import require_smollm2
+from tests.smollm2 import SMOLLM2_MTP_DIR, require_smollm2
 from tests.spec_decode.oracle_proposer import OracleProposer
 from tests.spec_decode.test_lossless import _shuffler, _tokens
 from tests.worker.worker_harness import Req, drive
@@ -127,14 +127,31 @@ def lookup_baseline():
     return reqs, ref
 
 
-@pytest.mark.parametrize("method, keys", [("ngram", {}), ("suffix", {"suffix_max_cached_requests": 8})])
-def test_smollm2_lookup_proposers_are_lossless(lookup_baseline, method, keys):
-    reqs, ref = lookup_baseline
-    worker = Worker(_config(method, 3, **keys))
-    got = drive(worker, reqs, between=_shuffler(17))
+def _check_lookup_run(reqs, ref, worker, shuffle_seed):
+    got = drive(worker, reqs, between=_shuffler(shuffle_seed))
     survivors = [r.req_id for r in reqs if r.abort_at is None or r.req_id in got]
     assert len(survivors) >= 100, len(survivors)
     for req_id in survivors:
         assert got[req_id] == ref[req_id], req_id
     stats = worker.spec_stats
     assert 0 < stats.num_accepted < stats.num_drafted, (stats.num_accepted, stats.num_drafted)
+    return stats
+
+
+@pytest.mark.parametrize("method, keys", [("ngram", {}), ("suffix", {"suffix_max_cached_requests": 8})])
+def test_smollm2_lookup_proposers_are_lossless(lookup_baseline, method, keys):
+    reqs, ref = lookup_baseline
+    _check_lookup_run(reqs, ref, Worker(_config(method, 3, **keys)), 17)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_smollm2_trained_mtp_head_is_lossless(lookup_baseline, k):
+    """The committed head through the real MTP proposer (draft KV cache, chained substeps, draft prefill)."""
+    if not (SMOLLM2_MTP_DIR / "mtp.safetensors").is_file():
+        pytest.fail(f"{SMOLLM2_MTP_DIR}/mtp.safetensors is missing: it is committed (tools/train_smollm2_mtp.py)")
+    reqs, ref = lookup_baseline
+    config = _config("mtp", k)
+    config = dataclasses.replace(config, speculative_config=dataclasses.replace(
+        config.speculative_config, model=str(SMOLLM2_MTP_DIR)))
+    stats = _check_lookup_run(reqs, ref, Worker(config), 29 + k)
+    assert stats.mean_acceptance_length > 1.2, stats.mean_acceptance_length  # the head drafts, not noise
