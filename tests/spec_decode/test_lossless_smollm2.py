@@ -127,7 +127,7 @@ def lookup_baseline():
     return reqs, ref
 
 
-def _check_lookup_run(reqs, ref, worker, shuffle_seed):
+def _check_lossless_run(reqs, ref, worker, shuffle_seed):
     got = drive(worker, reqs, between=_shuffler(shuffle_seed))
     survivors = [r.req_id for r in reqs if r.abort_at is None or r.req_id in got]
     assert len(survivors) >= 100, len(survivors)
@@ -141,7 +141,7 @@ def _check_lookup_run(reqs, ref, worker, shuffle_seed):
 @pytest.mark.parametrize("method, keys", [("ngram", {}), ("suffix", {"suffix_max_cached_requests": 8})])
 def test_smollm2_lookup_proposers_are_lossless(lookup_baseline, method, keys):
     reqs, ref = lookup_baseline
-    _check_lookup_run(reqs, ref, Worker(_config(method, 3, **keys)), 17)
+    _check_lossless_run(reqs, ref, Worker(_config(method, 3, **keys)), 17)
 
 
 @pytest.mark.parametrize("k", [2, 3])
@@ -153,5 +153,5 @@ def test_smollm2_trained_mtp_head_is_lossless(lookup_baseline, k):
     config = _config("mtp", k)
     config = dataclasses.replace(config, speculative_config=dataclasses.replace(
         config.speculative_config, model=str(SMOLLM2_MTP_DIR)))
-    stats = _check_lookup_run(reqs, ref, Worker(config), 29 + k)
+    stats = _check_lossless_run(reqs, ref, Worker(config), 29 + k)
     assert stats.mean_acceptance_length > 1.2, stats.mean_acceptance_length  # the head drafts, not noise
