@@ -42,15 +42,12 @@ void NormRow(const float* h, const float* weight, float* out, int64_t hidden, fl
   }
 }
 
-std::vector<paddle::Tensor> FusedRmsNormCPU(const paddle::Tensor& x, const paddle::Tensor& weight,
-                                            const paddle::optional<paddle::Tensor>& residual,
-                                            float eps) {
+// rows > 0; out and residual_out allocated by FusedRmsNorm.
+void FusedRmsNormCPU(const paddle::Tensor& x, const paddle::Tensor& weight,
+                     const paddle::optional<paddle::Tensor>& residual, float eps,
+                     paddle::Tensor& out, paddle::Tensor& residual_out) {
   const int64_t rows = x.shape()[0];
   const int64_t hidden = x.shape()[1];
-  auto out = paddle::empty({rows, hidden}, paddle::DataType::FLOAT32, x.place());
-  auto residual_out =
-      paddle::empty({residual ? rows : 0, hidden}, paddle::DataType::FLOAT32, x.place());
-  if (rows == 0) return {out, residual_out};
   const float inv_h = 1.0f / static_cast<float>(hidden);
   const float* xp = x.data<float>();
   const float* wp = weight.data<float>();
@@ -66,7 +63,6 @@ std::vector<paddle::Tensor> FusedRmsNormCPU(const paddle::Tensor& x, const paddl
     }
     NormRow(h, wp, op + base, hidden, inv_h, eps);
   }
-  return {out, residual_out};
 }
 
 void CheckArgs(const paddle::Tensor& x, const paddle::Tensor& weight,
@@ -103,14 +99,23 @@ std::vector<paddle::Tensor> FusedRmsNorm(const paddle::Tensor& x, const paddle::
                                          float eps) {
   specworker::CheckGiven(kOp, {{"x", &x}, {"weight", &weight}});
   CheckArgs(x, weight, residual, eps);
+  const int64_t rows = x.shape()[0];
+  const int64_t hidden = x.shape()[1];
+  auto out = paddle::empty({rows, hidden}, paddle::DataType::FLOAT32, x.place());
+  // [0, H] without residual: the wrapper returns x itself as residual_out.
+  auto residual_out =
+      paddle::empty({residual ? rows : 0, hidden}, paddle::DataType::FLOAT32, x.place());
+  if (rows == 0) return {out, residual_out};
   if (x.is_gpu()) {
 #ifdef SPECWORKER_WITH_CUDA
-    return FusedRmsNormCUDA(x, weight, residual, eps);
+    FusedRmsNormCUDA(x, weight, residual, eps, out, residual_out);
 #else
     PD_THROW(kOp, ": got a GPU tensor but the extension was built without CUDA");
 #endif
+  } else {
+    FusedRmsNormCPU(x, weight, residual, eps, out, residual_out);
   }
-  return FusedRmsNormCPU(x, weight, residual, eps);
+  return {out, residual_out};
 }
 
 std::vector<std::vector<int64_t>> FusedRmsNormInferShape(
