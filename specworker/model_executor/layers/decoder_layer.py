@@ -193,10 +193,16 @@ class DecoderLayer(paddle.nn.Layer):
         self.attn.pack_weights(dtype)
         self.mlp.pack_weights(dtype)
 
-    def forward(self, x, cos, sin, meta: ForwardMeta, key_cache, value_cache, block_tables):
-        """Inference. x [T, H] -> [T, H]; writes this step's K/V into the caches."""
-        x = x + self.attn(self.input_norm(x), cos, sin, meta, key_cache, value_cache, block_tables)
-        return x + self.mlp(self.post_attn_norm(x))
+    def forward(self, x, residual, cos, sin, meta: ForwardMeta, key_cache, value_cache, block_tables):
+        """Inference with the residual stream carried vLLM-style: the block's input is x + residual (x alone
+        when residual is None: the first layer), and each residual add runs inside the next norm
+        (ops.fused_rms_norm), so the caller adds the last mlp output once. Writes this step's K/V.
+        Args: x [T, H]; residual [T, H] or None. Returns (mlp output [T, H], residual [T, H]), whose sum is
+        the block's output."""
+        h, residual = self.input_norm.forward_residual(x, residual)
+        x = self.attn(h, cos, sin, meta, key_cache, value_cache, block_tables)
+        h, residual = self.post_attn_norm.forward_residual(x, residual)
+        return self.mlp(h), residual
 
     def forward_train(self, x, cos, sin):
         """Training. x [B, L, H] -> [B, L, H]."""

@@ -154,10 +154,11 @@ class LlamaModel(PackedWeights, paddle.nn.Layer):
         token_num = ids_remove_padding.shape[0]
         x = self.embed(ids_remove_padding)  # [token_num, H]
         cos, sin = self.rotary.factors(token_positions(meta, token_num))  # [token_num, 1, head_dim] each
+        residual = None  # the residual stream; each layer's add runs inside its next norm
         for i, layer in enumerate(self.layers):
             key_cache, value_cache = kv_cache.layer(i)
-            x = layer(x, cos, sin, meta, key_cache, value_cache, block_tables)
-        return x
+            x, residual = layer(x, residual, cos, sin, meta, key_cache, value_cache, block_tables)
+        return x + residual  # the last layer's add (the final norm runs on the rows that need logits)
 
     @paddle.no_grad()
     def compute_logits(self, rows: paddle.Tensor) -> paddle.Tensor:

@@ -84,7 +84,8 @@ class MTPDraft(PackedWeights, paddle.nn.Layer):
         x = ops.batch_invariant_linear(fused, self.linear_weight("eh_proj"))  # [token_num, H]
         cos, sin = self.target.rotary.factors(token_positions(meta, token_num))
         key_cache, value_cache = kv_cache.layer(0)
-        return self.layer(x, cos, sin, meta, key_cache, value_cache, block_tables)
+        x, residual = self.layer(x, None, cos, sin, meta, key_cache, value_cache, block_tables)
+        return x + residual
 
     def compute_logits(self, rows: paddle.Tensor) -> paddle.Tensor:
         """The target's lm_head(norm(rows)) (the draft's own norm when it has one). rows [R, H] -> [R, V]."""

@@ -40,6 +40,8 @@ from specworker.model_executor.ops.model_ops import (  # noqa: F401
     batch_invariant_linear,
     batch_invariant_linear_bf16,
     pack_linear_weight,
+    FusedRmsNormOutput,
+    fused_rms_norm,
 )
 
 __all__ = [
@@ -72,4 +74,6 @@ __all__ = [
     "batch_invariant_linear",
     "batch_invariant_linear_bf16",
     "pack_linear_weight",
+    "FusedRmsNormOutput",
+    "fused_rms_norm",
 ]

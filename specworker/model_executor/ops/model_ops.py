@@ -1,9 +1,11 @@
 """Wrappers of the model-side ops: attention over the paged KV cache, batch-invariant linear (float32 and
-bfloat16)."""
+bfloat16), residual add + RMSNorm."""
 
 from __future__ import annotations
 
 import math
+import numbers
+from typing import NamedTuple
 
 import paddle
 
@@ -199,3 +201,43 @@ def pack_linear_weight(weight: paddle.Tensor, dtype: str = "float32") -> paddle.
             panels = panels.reshape([n // LINEAR_PANEL, k, LINEAR_PANEL])
         return panels.contiguous()
     return paddle.cast(weight, "float32") if dtype == "bfloat16" else weight
+
+
+class FusedRmsNormOutput(NamedTuple):
+    """fused_rms_norm's outputs; always two, with or without a residual."""
+
+    out: paddle.Tensor  # [R, H] float32, the normalised rows
+    residual_out: paddle.Tensor  # [R, H] float32, h = x + residual (x itself when residual is None)
+
+
+@op_wrapper
+def fused_rms_norm(
+    x: paddle.Tensor, weight: paddle.Tensor, residual: paddle.Tensor | None, eps: float
+) -> FusedRmsNormOutput:
+    """Residual add + RMSNorm of every row in one call, in a fixed IEEE order (docs/spec.md §4.10).
+
+    Per row: h = x (residual None) or float32(x + residual); acc = +0.0; for k in 0 .. H-1:
+    acc = float32(acc + float32(float32(h[k] * h[k]) * float32(1 / H))); rs = the correctly rounded
+    float32 sqrt of float32(acc + eps); out[k] = float32(float32(h[k] / rs) * weight[k]). Never fused
+    or reassociated: CPU and GPU agree bit for bit, and a row's bits never depend on the other rows
+    (a 1-token decode and a k + 1-token verify give a token the same bits).
+
+    Args:
+        x: [R, H] float32, R >= 0, H >= 1.
+        weight: [H] float32.
+        residual: [R, H] float32 (the residual stream before this norm), or None.
+        eps: host float, >= 0 and finite once rounded to float32 (the op checks it).
+    Returns:
+        FusedRmsNormOutput(out [R, H] float32, residual_out [R, H] float32: h, the residual stream
+        after the add; without residual it is x itself, not a copy).
+    Raises:
+        TypeError: eps is not a host number.
+        ValueError: a dtype other than float32, x not 2-D or H = 0, weight not [H], residual not x's
+            shape, inputs on different devices, eps negative or not finite, a size over 2**31 - 1.
+    Example: x [[3, 4]], residual [[0, 0]], weight [1, 2], eps 0 -> mean(h^2) = 12.5, rs = 3.535534,
+        out [[0.84852815, 2.2627418]], residual_out [[3, 4]].
+    """
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"fused_rms_norm: eps must be a host float, got {type(eps).__name__}")
+    out, residual_out = _run("fused_rms_norm", x, weight, residual, float(eps))
+    return FusedRmsNormOutput(out=out, residual_out=x if residual is None else residual_out)
