@@ -177,11 +177,13 @@ __device__ __forceinline__ void LoadTile(const Params& a, int b, int g, int key0
         if (block >= 0 && block < a.num_blocks) off = ((static_cast<int64_t>(block) * a.num_kv_heads + g) * bs + pos % bs) * D;
       }
     }
-    const bf16* krow = kc;  // the key's row of head_dim values
-    const bf16* vrow = vc;
-    if (off >= 0) {
-      krow += off, vrow += off;
-      if (kFused && pos >= step.dec) {
+    const bool ok = off >= 0 && col < D;
+    bf16* kd = Ks + key * Smem<DP>::kStride + col;
+    bf16* vd = Vs + key * Smem<DP>::kStride + col;
+    const bf16* krow = kc + (ok ? off : 0);  // the key's row of head_dim values
+    const bf16* vrow = vc + (ok ? off : 0);
+    if constexpr (kFused) {
+      if (ok && pos >= step.dec) {
         const int64_t ts = step.cu + (pos - step.dec);  // <= the tile's last row: a row of the launch
         if (a.batch_id_per_token[ts] == b) {
           const int64_t src = (ts * a.num_kv_heads + g) * D;
@@ -189,9 +191,6 @@ __device__ __forceinline__ void LoadTile(const Params& a, int b, int g, int key0
         }
       }
     }
-    const bool ok = off >= 0 && col < D;
-    bf16* kd = Ks + key * Smem<DP>::kStride + col;
-    bf16* vd = Vs + key * Smem<DP>::kStride + col;
     if (kVec) {
       CpAsync16(kd, ok ? krow + col : kc, ok);
       CpAsync16(vd, ok ? vrow + col : vc, ok);
