@@ -175,6 +175,79 @@ def test_paged_attention_bf16_cuda_overlapped_launches_same_bits():
             assert np.array_equal(x, y, equal_nan=True), f"case {i}: {name}"
 
 
+def _on_stream(case, s):
+    with s:
+        return run_cuda(case, "bfloat16")
+
+
+def _capture(case, s, workspace_fill=None):
+    """The launcher on the case's arrays (bf16 bits as uint16, out zero) recorded into a graph on stream s. Returns
+    (rc, graph, arrays)."""
+    arrays = {n: to_device(getattr(case, n), "bfloat16") for n in ("q", "k", "v", "key_cache", "value_cache")}
+    arrays.update({n: cp.asarray(getattr(case, n).astype(np.int32)) for n in
+                   ("block_tables", "cu_seqlens_q", "seq_lens_decoder", "seq_lens_this_time", "batch_id_per_token")})
+    arrays["out"] = cp.zeros(arrays["q"].shape, dtype=cp.uint16)
+    token_cap, num_heads, head_dim = case.q.shape
+    sizes = dict(token_cap=token_cap, bsz=case.seq_lens_this_time.shape[0], num_heads=num_heads,
+                 num_kv_heads=case.k.shape[1], head_dim=head_dim, num_blocks=case.key_cache.shape[0],
+                 block_size=case.block_size, max_blocks=case.block_tables.shape[1])
+    workspace = paged_attention.bf16_workspace(cp, sizes)
+    if workspace_fill is not None:
+        workspace.fill(workspace_fill)
+    cp.cuda.get_current_stream().synchronize()
+    with s:
+        s.begin_capture()
+        rc = paged_attention.launch(cp, arrays, sizes, case.scale, "bfloat16", ctypes.c_void_p(s.ptr), workspace)
+        graph = s.end_capture()
+    return rc, graph, arrays
+
+
+# A verify slot at dec = 128 nc - 137 and a decode slot at dec / 2 (Llama-3-8B heads, block 64, no padding rows):
+# 2 nc table columns, so nc chunks of 128 and, with T_cap = 5, nc splits. On sm_90 and a stream of the caller's own,
+# nc = 9 .. 16 take the fused launch (one cluster of nc blocks per query tile), the others three launches.
+@pytest.mark.parametrize("nc", range(2, 19))
+def test_paged_attention_bf16_cuda_own_stream_same_bits_at_every_split_count(nc):
+    """On a stream of the caller's own (sm_90: programmatic launches, and the fused launch of append, chunks and the
+    chunk merge by the tile's cluster for 9..16 splits) the output and caches are the bits of the three plain
+    launches (default stream), at every split count from 2 to 18. The fused merge runs in chunk order whichever
+    block of the cluster finishes last."""
+    rng = np.random.default_rng(100 + nc)
+    dec = 128 * nc - 137
+    case = pack_case(rng, _slots(rng, [(dec, 4), (dec // 2, 1)], (32, 8), 128), 64, pad_rows=0, garbage="nan",
+                     dtype="bfloat16")
+    assert case.block_tables.shape[1] == 2 * nc
+    want = run_cuda(case, "bfloat16")
+    got = _on_stream(case, cp.cuda.Stream(non_blocking=True))
+    for name, x, y in zip(("out", "key_cache", "value_cache"), want, got):
+        assert np.array_equal(x, y, equal_nan=True), f"nc {nc}: {name}"
+    check_against_reference(got, case, TOL)
+
+
+def test_paged_attention_bf16_cuda_fused_graph_replays_same_bits():
+    """A graph captured on a stream of its own (on sm_90 the fused launch: SmolLM2 heads, T_cap 17, 13 chunks, so 13
+    splits) and replayed 5 times gives the three launches' bits every time (the append writes the same cache rows
+    again; the workspace is not assumed clean): verify, decode, a stopped slot, a prefill across the chunk edge 128
+    (query tiles whose rows read this step's keys of an earlier tile)."""
+    rng = np.random.default_rng(31)
+    case = pack_case(rng, _slots(rng, [(1000, 4), (129, 1), (0, 0), (124, 8), (1500, 1)], (9, 3), 64), 64,
+                     garbage="nan", dtype="bfloat16")
+    want = run_cuda(case, "bfloat16")
+    s = cp.cuda.Stream(non_blocking=True)
+    if not hasattr(s, "begin_capture"):
+        pytest.skip("this CuPy has no stream capture (cupy.cuda.Stream.begin_capture)")
+    rc, graph, arrays = _capture(case, s, workspace_fill=np.nan)
+    assert rc == CUDA_SUCCESS
+    for i in range(5):
+        arrays["out"].fill(0xFFFF)
+        graph.launch(s)
+        s.synchronize()
+        out = (cp.asnumpy(arrays["out"]).astype(np.uint32) << 16).view(np.float32)
+        assert np.array_equal(out, want[0], equal_nan=True), f"replay {i}"
+    for name, i in (("key_cache", 1), ("value_cache", 2)):
+        got = (cp.asnumpy(arrays[name]).astype(np.uint32) << 16).view(np.float32)
+        assert np.array_equal(got, want[i], equal_nan=True), name
+
+
 def test_paged_attention_bf16_cuda_rejects_small_workspace():
     case = literal_case()
     need = paged_attention.bf16_workspace_bytes(5, 2, 2, 2, 3)
@@ -206,20 +279,7 @@ def test_paged_attention_bf16_cuda_captures_in_cuda_graph():
     s = cp.cuda.Stream(non_blocking=True)
     if not hasattr(s, "begin_capture"):
         pytest.skip("this CuPy has no stream capture (cupy.cuda.Stream.begin_capture)")
-    arrays = {n: to_device(getattr(case, n), "bfloat16") for n in ("q", "k", "v", "key_cache", "value_cache")}
-    arrays.update({n: cp.asarray(getattr(case, n).astype(np.int32)) for n in
-                   ("block_tables", "cu_seqlens_q", "seq_lens_decoder", "seq_lens_this_time", "batch_id_per_token")})
-    arrays["out"] = cp.zeros(arrays["q"].shape, dtype=cp.uint16)
-    token_cap, num_heads, head_dim = case.q.shape
-    sizes = dict(token_cap=token_cap, bsz=case.seq_lens_this_time.shape[0], num_heads=num_heads,
-                 num_kv_heads=case.k.shape[1], head_dim=head_dim, num_blocks=case.key_cache.shape[0],
-                 block_size=case.block_size, max_blocks=case.block_tables.shape[1])
-    workspace = paged_attention.bf16_workspace(cp, sizes)
-    cp.cuda.get_current_stream().synchronize()
-    with s:
-        s.begin_capture()
-        rc = paged_attention.launch(cp, arrays, sizes, case.scale, "bfloat16", ctypes.c_void_p(s.ptr), workspace)
-        graph = s.end_capture()
+    rc, graph, arrays = _capture(case, s)
     assert rc == CUDA_SUCCESS
     assert not cp.asnumpy(arrays["out"]).any()  # captured, not run
     graph.launch(s)

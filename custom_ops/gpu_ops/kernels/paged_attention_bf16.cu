@@ -21,6 +21,12 @@
 //      from the grid size) picks which block computes a chunk, never how.
 //   3. CombineKernel: one block per (packed row, head); rows with chunks 0 .. p / 128 (more than one)
 //      merge their chunk states in chunk order; rows that cannot be computed get zeros.
+// Fused launch (sm_90, a stream of the caller's own, 9 .. 16 splits and at most 768 blocks: small batch, long
+// history): ChunkKernel<..., true> alone, its S splits of a query tile one thread-block cluster. Block (t, kv head,
+// head group 0, split 0) appends row t's k, v of its kv head; split 0 zeroes row t's heads if no computed query
+// tile holds it; this step's keys are read from k, v (the values the append writes); after the chunks, a tile of
+// several chunks waits on the cluster barrier and its S blocks share the chunk merge (CombineKernel's arithmetic in
+// chunk order, each (row, head, column) by one thread: the same bits whichever block finished last).
 // Batch invariance: a row's arithmetic is fixed by its position p, its q and its slot's keys: chunk and
 // tile edges sit at fixed key indices, a warp's keys are fixed by the key index, the MMA's output row
 // depends on its own A row only, masked keys (past p, or zero-filled past the tile's keys) add exact
@@ -61,6 +67,12 @@ constexpr int kMaxHeadDim = 256;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kMaxGrid = 65535;
 constexpr int kTargetBlocks = 1056;              // about 8 blocks per SM of an H100 / H200
+// The fused launch (sm_90) where it measured faster than three launches on an H200: 9 .. 16 splits (one cluster
+// of blocks, non-portable past 8) and at most kFusedMaxBlocks blocks (about two waves of head_dim-128 blocks).
+constexpr int kFusedMinSplits = 9;
+constexpr int kMaxCluster = 16;
+constexpr int64_t kFusedMaxBlocks = 768;
+constexpr int kStages = 2;  // tiles in the cp.async ring
 
 struct Tiling {
   int group;   // query heads per kv head
@@ -82,7 +94,7 @@ struct Smem {
   static constexpr int kStride = DP + kPad;
   static constexpr int kTile = kTileKeys * kStride;            // one K or V tile (bf16)
   static constexpr int kQ = kRows * kStride;
-  static constexpr int kBytes = (kQ + 4 * kTile) * 2;           // Q + 2 stages x (K, V)
+  static constexpr int kBytes = (kQ + 2 * kStages * kTile) * 2;  // Q + kStages x (K, V)
 };
 
 // Programmatic dependent launch (sm_90): let the next kernel of the stream start, wait for the previous one's
@@ -96,6 +108,16 @@ __device__ __forceinline__ void LaunchDependents() {
 __device__ __forceinline__ void WaitPrevious() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+struct LaunchDependentsHook {
+  __device__ void operator()() const { LaunchDependents(); }
+};
+// Every thread of the cluster (sm_90) arrives, then waits: writes before it (global memory too) are visible to the
+// cluster's threads after it.
+__device__ __forceinline__ void ClusterSync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 #endif
 }
 
@@ -118,39 +140,20 @@ __device__ __forceinline__ Row ResolveRowFast(const Params& a, int t) {
   return Row{b, static_cast<int>(local), pos};
 }
 
-// One block per packed row: k[t], v[t] to the row's cache position; a row the CPU op would refuse, or whose block
-// is not valid, writes nothing (paged_kv.cuh's AppendKernel). kVec: head_dim % 8 == 0, 16-byte aligned tensors.
-template <bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    AppendKernel(Params a, const bf16* __restrict__ k, const bf16* __restrict__ v, bf16* __restrict__ kc,
-                 bf16* __restrict__ vc) {
-  LaunchDependents();
-  const int t = blockIdx.x;
-  const Row r = ResolveRowFast(a, t);
-  if (r.slot < 0) return;
-  const int64_t block = BlockOf(a, r.slot, r.pos);
-  if (block < 0) return;
-  const int64_t offset = r.pos % a.block_size;
-  const int D = a.head_dim, per = kVec ? 8 : 1, n = a.num_kv_heads * D / per;
-  for (int e = threadIdx.x; e < n; e += kThreads) {
-    const int h = e * per / D, d = e * per - h * D;
-    const int64_t dst = ((block * a.num_kv_heads + h) * a.block_size + offset) * D + d;
-    const int64_t src = (static_cast<int64_t>(t) * a.num_kv_heads + h) * D + d;
-    if (kVec) {
-      *reinterpret_cast<uint4*>(kc + dst) = *reinterpret_cast<const uint4*>(k + src);
-      *reinterpret_cast<uint4*>(vc + dst) = *reinterpret_cast<const uint4*>(v + src);
-    } else {
-      kc[dst] = k[src];
-      vc[dst] = v[src];
-    }
-  }
-}
+// Slot b's first packed row and first position of this step: its keys at positions >= dec are rows cu + (pos - dec)
+// of k and v.
+struct Step {
+  int64_t cu, dec;
+};
 
 // Stages keys [key0, key0 + 64) of slot b, kv head g into (Ks, Vs), looking each key's block up in the table; keys
 // at or past n_keys, in a block that is not valid, or columns past head_dim are zero-filled (masked keys then add
-// exact zeros: P = 0 times a zero V). key0 < n_keys <= max_blocks * block_size.
-template <int DP, bool kVec>
-__device__ __forceinline__ void LoadTile(const Params& a, int b, int g, int key0, int64_t n_keys,
+// exact zeros: P = 0 times a zero V). key0 < n_keys <= max_blocks * block_size. kFused: this step's keys come from
+// k and v (the rows that the fused kernel's own blocks append; a row that appends nothing leaves the cache's key),
+// the same values the cache holds after the append.
+template <int DP, bool kVec, bool kFused>
+__device__ __forceinline__ void LoadTile(const Params& a, int b, int g, int key0, int64_t n_keys, Step step,
+                                         const bf16* __restrict__ k, const bf16* __restrict__ v,
                                          const bf16* __restrict__ kc, const bf16* __restrict__ vc, bf16* Ks,
                                          bf16* Vs) {
   constexpr int kChunksPerRow = DP / 8;
@@ -175,15 +178,25 @@ __device__ __forceinline__ void LoadTile(const Params& a, int b, int g, int key0
       }
     }
     const bool ok = off >= 0 && col < D;
-    const int64_t row = ok ? off : 0;
     bf16* kd = Ks + key * Smem<DP>::kStride + col;
     bf16* vd = Vs + key * Smem<DP>::kStride + col;
+    const bf16* krow = kc + (ok ? off : 0);  // the key's row of head_dim values
+    const bf16* vrow = vc + (ok ? off : 0);
+    if constexpr (kFused) {
+      if (ok && pos >= step.dec) {
+        const int64_t ts = step.cu + (pos - step.dec);  // <= the tile's last row: a row of the launch
+        if (a.batch_id_per_token[ts] == b) {
+          const int64_t src = (ts * a.num_kv_heads + g) * D;
+          krow = k + src, vrow = v + src;
+        }
+      }
+    }
     if (kVec) {
-      CpAsync16(kd, ok ? kc + row + col : kc, ok);
-      CpAsync16(vd, ok ? vc + row + col : vc, ok);
+      CpAsync16(kd, ok ? krow + col : kc, ok);
+      CpAsync16(vd, ok ? vrow + col : vc, ok);
     } else {
-      *reinterpret_cast<uint4*>(kd) = Load8(kc + row, col, D, ok);
-      *reinterpret_cast<uint4*>(vd) = Load8(vc + row, col, D, ok);
+      *reinterpret_cast<uint4*>(kd) = Load8(krow, col, D, ok);
+      *reinterpret_cast<uint4*>(vd) = Load8(vrow, col, D, ok);
     }
   }
 }
@@ -304,10 +317,12 @@ struct TileRows {
 
 // The end of chunk c: the four warp states merge in warp order (through `merge`, the ring stage just consumed:
 // [warp][row][DP + 8] floats, float2 stores free of bank conflicts) into the chunk's (m, l, O); rows with p < 128
-// write out = O / l, the others the chunk's state. Only rows that reach chunk c take part. Leaves `merge` free.
+// write out = O / l (zero from position bad_from on: a missing block), the others the chunk's state. Only rows that
+// reach chunk c take part. Leaves `merge` free.
 template <int DP>
 __device__ __forceinline__ void MergeChunk(const Params& a, const Tiling& g, WarpState<DP>& st, TileRows& rows,
-                                           float* merge, int c, int warp, int lane, bf16* __restrict__ out,
+                                           float* merge, int c, int warp, int lane, int64_t bad_from,
+                                           bf16* __restrict__ out,
                                            float* __restrict__ ws_o, float* __restrict__ ws_ml) {
   constexpr int kMS = DP + 8;
   static_assert(kWarps * kRows * kMS * 4 <= 2 * Smem<DP>::kTile * 2, "the warp merge fits in one ring stage");
@@ -357,7 +372,8 @@ __device__ __forceinline__ void MergeChunk(const Params& a, const Tiling& g, War
     for (int w = 0; w < kWarps; ++w) o = __fadd_rn(o, __fmul_rn(merge[(w * kRows + r) * kMS + d], rows.f[w][r]));
     const int t = rows.t[r], h = rows.h[r];
     if (p < kChunkKeys) {
-      out[(static_cast<int64_t>(t) * a.num_heads + h) * D + d] = __float2bfloat16_rn(__fdiv_rn(o, rows.l[r]));
+      out[(static_cast<int64_t>(t) * a.num_heads + h) * D + d] =
+          __float2bfloat16_rn(p >= bad_from ? 0.0f : __fdiv_rn(o, rows.l[r]));
     } else {
       const int64_t i = PartialIndex(a, g, t, h, c);
       ws_o[i * D + d] = o;
@@ -367,17 +383,57 @@ __device__ __forceinline__ void MergeChunk(const Params& a, const Tiling& g, War
   __syncthreads();  // `merge` and the row values are free
 }
 
-template <int DP, bool kVec>
+// The fused kernel's end for a tile with more than one chunk: each (row, head, column) with p >= 128 merges its chunk
+// states 0 .. p / 128 in chunk order (CombineKernel's arithmetic; every thread recomputes the row's m, weights and
+// l, in the same order: the same bits), or is zero from position bad_from on. The cluster's blocks share the
+// elements; the states are read from L2 (written by the cluster's blocks before ClusterSync).
+__device__ __forceinline__ void MergeTileRows(const Params& a, const Tiling& g, const TileRows& rows, int64_t bad_from,
+                                              int part, int parts, const float* __restrict__ ws_o,
+                                              const float* __restrict__ ws_ml, bf16* __restrict__ out) {
+  const int D = a.head_dim;
+  for (int e = part * kThreads + threadIdx.x; e < kRows * D; e += parts * kThreads) {
+    const int r = e / D, d = e % D;
+    const int64_t p = rows.p[r];
+    if (p < kChunkKeys) continue;  // not a row, or ChunkKernel's MergeChunk wrote it
+    bf16* o_row = out + (static_cast<int64_t>(rows.t[r]) * a.num_heads + rows.h[r]) * D;
+    if (p >= bad_from) {
+      o_row[d] = __float2bfloat16_rn(0.0f);
+      continue;
+    }
+    const int n_chunks = static_cast<int>(p / kChunkKeys) + 1;
+    const int64_t i0 = PartialIndex(a, g, rows.t[r], rows.h[r], 0);
+    float m = -INFINITY;
+#pragma unroll 8
+    for (int c = 0; c < n_chunks; ++c) m = fmaxf(m, __ldcg(ws_ml + 2 * (i0 + c)));
+    float l = 0.0f, o = 0.0f;
+#pragma unroll 8
+    for (int c = 0; c < n_chunks; ++c) {
+      const float f = exp2f(__fsub_rn(__ldcg(ws_ml + 2 * (i0 + c)), m));
+      l = __fadd_rn(l, __fmul_rn(__ldcg(ws_ml + 2 * (i0 + c) + 1), f));
+      o = __fadd_rn(o, __fmul_rn(__ldcg(ws_o + (i0 + c) * D + d), f));
+    }
+    o_row[d] = __float2bfloat16_rn(__fdiv_rn(o, l));
+  }
+}
+
+// kFused == false: launch 2 of 3 (file comment). kFused == true (sm_90, one launch): the append of row t0 and the
+// zero rows are done here too, this step's keys are read from k and v, and a tile's splits form one cluster that
+// merges the chunk states itself after ClusterSync.
+template <int DP, bool kVec, bool kFused>
 __global__ void __launch_bounds__(kThreads)
-    ChunkKernel(Params a, Tiling g, const bf16* __restrict__ q, const bf16* __restrict__ kc,
-                const bf16* __restrict__ vc, bf16* __restrict__ out, float* __restrict__ ws_o,
-                float* __restrict__ ws_ml) {
+    ChunkKernel(Params a, Tiling g, const bf16* __restrict__ q, const bf16* __restrict__ k,
+                const bf16* __restrict__ v, bf16* __restrict__ kc, bf16* __restrict__ vc, bf16* __restrict__ out,
+                float* __restrict__ ws_o, float* __restrict__ ws_ml) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
   bf16* ring = Qs + Smem<DP>::kQ;  // stage s: K at ring + 2s tiles, V one tile further
   __shared__ TileRows rows;
   __shared__ int lead_slot;  // row t0's slot, -1 unless it is computed and the first row of its query tile
+  __shared__ Row row0;       // row t0 (kFused: for its append)
+  __shared__ int row0_zero;  // kFused: row t0 is in no computed query tile (its heads of this block are zero)
+  __shared__ int first_bad;  // kFused: the slot's first missing block among the tile's positions (INT_MAX: none)
 
+  if (kFused) WaitPrevious();  // the previous kernel of the stream may write any input
   LaunchDependents();
   const int t0 = blockIdx.x, T = gridDim.x;
   const int kvh = blockIdx.y / g.nsg, sg = blockIdx.y % g.nsg;
@@ -405,68 +461,120 @@ __global__ void __launch_bounds__(kThreads)
     rows.p[r] = p;
     rows.t[r] = t;
     rows.h[r] = kvh * g.group + hj;
-    if (r == 0) lead_slot = lead.slot >= 0 && lead.local % g.qt == 0 ? lead.slot : -1;
+    if (r == 0) {
+      lead_slot = lead.slot >= 0 && lead.local % g.qt == 0 ? lead.slot : -1;
+      row0 = lead;
+      first_bad = INT32_MAX;
+    }
+  }
+  if (kFused && threadIdx.x == 32) {  // is row t0 in a computed query tile (its own or an earlier row's)?
+    const Row r0 = ResolveRowFast(a, t0);
+    int zero = r0.slot < 0;
+    if (!zero && r0.local % g.qt != 0) zero = ResolveRowFast(a, t0 - r0.local % g.qt).slot != r0.slot;
+    row0_zero = zero;
   }
   __syncthreads();
-  WaitPrevious();  // the append's cache writes are visible from here on
+  if (!kFused) WaitPrevious();  // the append's cache writes are visible from here on
+  const int z = blockIdx.z, splits = gridDim.z;
+  if (kFused && z == 0) {
+    const Row r0 = row0;
+    if (sg == 0 && r0.slot >= 0) {  // AppendKernel's work for row t0, kv head kvh
+      const int64_t block = BlockOf(a, r0.slot, r0.pos);
+      if (block >= 0) {
+        if (kVec) {
+          specworker::paged::CopyRowToCache<bf16, uint4>(a, t0, block, r0.pos % a.block_size, kvh, kvh + 1, k, v, kc, vc);
+        } else {
+          specworker::paged::CopyRowToCache<bf16, bf16>(a, t0, block, r0.pos % a.block_size, kvh, kvh + 1, k, v, kc, vc);
+        }
+      }
+    }
+    if (row0_zero) {  // CombineKernel's zero row, for this block's heads
+      for (int e = threadIdx.x; e < g.hu * D; e += kThreads) {
+        const int hj = sg * g.hu + e / D;
+        if (hj < g.group) out[(static_cast<int64_t>(t0) * a.num_heads + kvh * g.group + hj) * D + e % D] = __float2bfloat16_rn(0.0f);
+      }
+    }
+  }
   int64_t p_max = -1;
   for (int r = 0; r < kRows; ++r) p_max = p_max > rows.p[r] ? p_max : rows.p[r];
   const int64_t n_keys = p_max + 1;
   const int n_chunks = CeilDiv(n_keys, kChunkKeys);
-  const int z = blockIdx.z, splits = gridDim.z;
   const int b = lead_slot;
-  if (b < 0 || z >= n_chunks) {
+  // Unfused: the blocks past the tile's chunks leave. Fused: a tile of several chunks keeps its whole cluster (the
+  // same decision in every block of it) for the merge.
+  if (b < 0 || (kFused ? n_chunks == 1 && z > 0 : z >= n_chunks)) {
     CpAsyncWait<0>();
     return;
   }
-  if (!kVec) {
-    for (int e = threadIdx.x; e < kRows * DP; e += kThreads) {
-      const int r = e / DP, d = e % DP;
-      bf16 x = __float2bfloat16_rn(0.0f);
-      if (rows.p[r] >= 0 && d < D) x = q[(static_cast<int64_t>(rows.t[r]) * a.num_heads + rows.h[r]) * D + d];
-      Qs[r * Smem<DP>::kStride + d] = x;
+  if (kFused) {  // CombineKernel's missing-block check, once for the tile: row r is zero if p_r >= bad_from
+    for (int64_t j = threadIdx.x; j <= p_max / a.block_size; j += kThreads) {
+      if (BlockOf(a, b, j * a.block_size) < 0) atomicMin(&first_bad, static_cast<int>(j));
     }
+    __syncthreads();
   }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  // The last key each fragment row may see (positions fit in int32: the launcher checks).
-  const int lim[2] = {static_cast<int>(rows.p[lane / 4]), static_cast<int>(rows.p[lane / 4 + 8])};
-  const float scale_log2 = __fmul_rn(a.scale, kLog2e);
+  const int64_t bad_from = kFused && first_bad != INT32_MAX ? static_cast<int64_t>(first_bad) * a.block_size : INT64_MAX;
+  if (z < n_chunks) {
+    if (!kVec) {
+      for (int e = threadIdx.x; e < kRows * DP; e += kThreads) {
+        const int r = e / DP, d = e % DP;
+        bf16 x = __float2bfloat16_rn(0.0f);
+        if (rows.p[r] >= 0 && d < D) x = q[(static_cast<int64_t>(rows.t[r]) * a.num_heads + rows.h[r]) * D + d];
+        Qs[r * Smem<DP>::kStride + d] = x;
+      }
+    }
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    // The last key each fragment row may see (positions fit in int32: the launcher checks).
+    const int lim[2] = {static_cast<int>(rows.p[lane / 4]), static_cast<int>(rows.p[lane / 4 + 8])};
+    const float scale_log2 = __fmul_rn(a.scale, kLog2e);
+    const Step st_step{static_cast<int64_t>(t0) - row0.local, row0.pos - row0.local};
 
-  // Tile slot i: tile i % 2 of chunk z + S (i / 2); a slot past the keys loads and computes nothing.
-  const int n_slots = 2 * ((n_chunks - 1 - z) / splits + 1);
-  auto issue = [&](int i) {
-    const int key0 = (z + splits * (i / 2)) * kChunkKeys + (i % 2) * kTileKeys;
-    bf16* stage = ring + 2 * (i % 2) * Smem<DP>::kTile;
-    if (key0 < n_keys) LoadTile<DP, kVec>(a, b, kvh, key0, n_keys, kc, vc, stage, stage + Smem<DP>::kTile);
-    CpAsyncCommit();
-  };
-  issue(0);
-  issue(1);
-  WarpState<DP> st;
-  st.Reset();
-  QFrags<DP> qf;
-  for (int i = 0; i < n_slots; ++i) {
-    CpAsyncWait<1>();  // tile slot i has landed (this thread's copies; Q's too) ...
-    __syncthreads();   // ... and everyone's
-    if (i == 0) qf.Load(Qs, lane);
-    const int c = z + splits * (i / 2);
-    bf16* stage = ring + 2 * (i % 2) * Smem<DP>::kTile;
-    const int kb = c * kChunkKeys + (i % 2) * kTileKeys + 16 * warp;
-    if (kb < n_keys) {  // a warp past the keys would add exact zeros: skipping it changes no bit
-      WarpTile<DP>(st, qf, Qs, stage, stage + Smem<DP>::kTile, warp, lane, kb, lim, scale_log2);
-    }
-    __syncthreads();  // every warp is done with this stage
-    if (i % 2 == 1) {
-      MergeChunk<DP>(a, g, st, rows, reinterpret_cast<float*>(stage), c, warp, lane, out, ws_o, ws_ml);
-      st.Reset();
-    }
-    if (i + 2 < n_slots) {
-      issue(i + 2);
-    } else {
-      CpAsyncCommit();  // an empty group keeps the wait count
+    // Tile slot i: tile i % 2 of chunk z + S (i / 2); a slot past the keys loads and computes nothing.
+    const int n_slots = 2 * ((n_chunks - 1 - z) / splits + 1);
+    auto issue = [&](int i) {
+      const int key0 = (z + splits * (i / 2)) * kChunkKeys + (i % 2) * kTileKeys;
+      bf16* stage = ring + 2 * (i % kStages) * Smem<DP>::kTile;
+      if (key0 < n_keys) {
+        LoadTile<DP, kVec, kFused>(a, b, kvh, key0, n_keys, st_step, k, v, kc, vc, stage, stage + Smem<DP>::kTile);
+      }
+      CpAsyncCommit();
+    };
+#pragma unroll
+    for (int i = 0; i < kStages; ++i) issue(i);
+    WarpState<DP> st;
+    st.Reset();
+    QFrags<DP> qf;
+    for (int i = 0; i < n_slots; ++i) {
+      CpAsyncWait<kStages - 1>();  // tile slot i has landed (this thread's copies; Q's too) ...
+      __syncthreads();             // ... and everyone's
+      if (i == 0) qf.Load(Qs, lane);
+      const int c = z + splits * (i / 2);
+      bf16* stage = ring + 2 * (i % kStages) * Smem<DP>::kTile;
+      const int kb = c * kChunkKeys + (i % 2) * kTileKeys + 16 * warp;
+      if (kb < n_keys) {  // a warp past the keys would add exact zeros: skipping it changes no bit
+        WarpTile<DP>(st, qf, Qs, stage, stage + Smem<DP>::kTile, warp, lane, kb, lim, scale_log2);
+      }
+      __syncthreads();  // every warp is done with this stage
+      if (i % 2 == 1) {
+        MergeChunk<DP>(a, g, st, rows, reinterpret_cast<float*>(stage), c, warp, lane, bad_from, out, ws_o, ws_ml);
+        st.Reset();
+      }
+      if (i + kStages < n_slots) {
+        issue(i + kStages);
+      } else {
+        CpAsyncCommit();  // an empty group keeps the wait count
+      }
     }
   }
   CpAsyncWait<0>();
+  if (kFused && n_chunks > 1) {
+    __threadfence();
+    if (splits > 1) {
+      ClusterSync();
+    } else {
+      __syncthreads();
+    }
+    MergeTileRows(a, g, rows, bad_from, z, splits, ws_o, ws_ml, out);
+  }
 }
 
 // One block per (packed row, head), threads over head_dim: zero a row that cannot be computed, merge the chunk
@@ -530,26 +638,38 @@ Tiling MakeTiling(int num_heads, int num_kv_heads, int block_size, int max_block
   return g;
 }
 
-// kernel<<<grid, kThreads, bytes, stream>>>(args...), as a programmatic dependent launch when pdl.
+// kernel<<<grid, kThreads, bytes, stream>>>(args...), as a programmatic dependent launch when pdl, in clusters of
+// (1, 1, cluster_z) when cluster_z > 1.
 template <typename... KArgs, typename... Args>
-cudaError_t Launch(bool pdl, void (*kernel)(KArgs...), dim3 grid, int bytes, cudaStream_t stream, Args... args) {
+cudaError_t Launch(bool pdl, int cluster_z, void (*kernel)(KArgs...), dim3 grid, int bytes, cudaStream_t stream,
+                   Args... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = static_cast<size_t>(bytes);
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2];
+  int n = 0;
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_z > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = 1;
+    attr[n].val.clusterDim.y = 1;
+    attr[n++].val.clusterDim.z = static_cast<unsigned>(cluster_z);
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
+  cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
-template <int DP, bool kVec>
-int LaunchChunks(bool pdl, const Params& a, const Tiling& g, const bf16* q, const bf16* kc, const bf16* vc,
-                 bf16* out, float* ws_o, float* ws_ml, int token_cap, cudaStream_t stream) {
-  auto kernel = ChunkKernel<DP, kVec>;
+template <int DP, bool kVec, bool kFused>
+int LaunchChunks(bool pdl, int splits, const Params& a, const Tiling& g, const bf16* q, const bf16* k,
+                 const bf16* v, bf16* kc, bf16* vc, bf16* out, float* ws_o, float* ws_ml, int token_cap,
+                 cudaStream_t stream) {
+  auto kernel = ChunkKernel<DP, kVec, kFused>;
   const int bytes = Smem<DP>::kBytes;
   cudaError_t err = cudaSuccess;
   if (bytes > 48 * 1024) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
@@ -557,25 +677,25 @@ int LaunchChunks(bool pdl, const Params& a, const Tiling& g, const bf16* q, cons
   if (err == cudaSuccess) {
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   }
+  if (err == cudaSuccess && kFused && splits > 8) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  }
   if (err != cudaSuccess) return static_cast<int>(err);
-  // Splits only spread the chunks over more blocks (file comment): enough to fill the GPU at small batch.
-  const int64_t units = static_cast<int64_t>(token_cap) * a.num_kv_heads * g.nsg;
-  int splits = CeilDiv(kTargetBlocks, units);
-  splits = splits < g.nc ? splits : g.nc;
-  splits = splits < 1 ? 1 : (splits > kMaxGrid ? kMaxGrid : splits);
   const dim3 grid(static_cast<unsigned>(token_cap), static_cast<unsigned>(a.num_kv_heads * g.nsg),
                   static_cast<unsigned>(splits));
-  return static_cast<int>(Launch(pdl, kernel, grid, bytes, stream, a, g, q, kc, vc, out, ws_o, ws_ml));
+  return static_cast<int>(Launch(pdl, kFused ? splits : 1, kernel, grid, bytes, stream, a, g, q, k, v, kc, vc, out,
+                                 ws_o, ws_ml));
 }
 
-template <bool kVec>
-int LaunchFor(int dp, bool pdl, const Params& a, const Tiling& g, const bf16* q, const bf16* kc, const bf16* vc,
-              bf16* out, float* ws_o, float* ws_ml, int token_cap, cudaStream_t stream) {
+template <bool kVec, bool kFused>
+int LaunchFor(int dp, bool pdl, int splits, const Params& a, const Tiling& g, const bf16* q, const bf16* k,
+              const bf16* v, bf16* kc, bf16* vc, bf16* out, float* ws_o, float* ws_ml, int token_cap,
+              cudaStream_t stream) {
   switch (dp) {
-    case 32: return LaunchChunks<32, kVec>(pdl, a, g, q, kc, vc, out, ws_o, ws_ml, token_cap, stream);
-    case 64: return LaunchChunks<64, kVec>(pdl, a, g, q, kc, vc, out, ws_o, ws_ml, token_cap, stream);
-    case 128: return LaunchChunks<128, kVec>(pdl, a, g, q, kc, vc, out, ws_o, ws_ml, token_cap, stream);
-    default: return LaunchChunks<256, kVec>(pdl, a, g, q, kc, vc, out, ws_o, ws_ml, token_cap, stream);
+    case 32: return LaunchChunks<32, kVec, kFused>(pdl, splits, a, g, q, k, v, kc, vc, out, ws_o, ws_ml, token_cap, stream);
+    case 64: return LaunchChunks<64, kVec, kFused>(pdl, splits, a, g, q, k, v, kc, vc, out, ws_o, ws_ml, token_cap, stream);
+    case 128: return LaunchChunks<128, kVec, kFused>(pdl, splits, a, g, q, k, v, kc, vc, out, ws_o, ws_ml, token_cap, stream);
+    default: return LaunchChunks<256, kVec, kFused>(pdl, splits, a, g, q, k, v, kc, vc, out, ws_o, ws_ml, token_cap, stream);
   }
 }
 
@@ -614,26 +734,43 @@ extern "C" int specworker_paged_attention_bf16_launch(
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (err != cudaSuccess) return static_cast<int>(err);
   if (major < 8) return static_cast<int>(cudaErrorNotSupported);  // no bf16 MMA / cp.async before sm_80
+  const int dp = head_dim <= 32 ? 32 : head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256;
+  // Splits only spread the chunks over more blocks (file comment): enough to fill the GPU at small batch.
+  const int64_t units = static_cast<int64_t>(token_cap) * num_kv_heads * g.nsg;
+  int splits = CeilDiv(kTargetBlocks, units);
+  splits = splits < g.nc ? splits : g.nc;
+  splits = splits < 1 ? 1 : (splits > kMaxGrid ? kMaxGrid : splits);
   // Programmatic dependent launches from sm_90, on a stream of the caller's own (not the legacy or per-thread
-  // default stream).
+  // default stream). There, a small grid of many splits (small batch, long history) takes one fused launch (a
+  // cluster per query tile); else three launches, the path the GPU tests compare the fused one with (same bits).
   const bool pdl = major >= 9 && stream != nullptr && stream != cudaStreamLegacy && stream != cudaStreamPerThread;
+  const int max_cluster = dp < 256 ? kMaxCluster : 8;  // head_dim 256: one block per SM, 8 per cluster (portable)
+  const bool fused = pdl && splits >= kFusedMinSplits && splits <= max_cluster && units * splits <= kFusedMaxBlocks;
 
   const Params a{block_tables, cu_seqlens_q, seq_lens_decoder, seq_lens_this_time, batch_id_per_token, bsz,
                  num_heads, num_kv_heads, head_dim, num_blocks, block_size, max_blocks_per_seq, scale};
   const bool vec = head_dim % 8 == 0 && Aligned16(q) && Aligned16(k) && Aligned16(v) && Aligned16(key_cache) &&
                    Aligned16(value_cache);
+  float* ws_o = workspace;
+  float* ws_ml = workspace + static_cast<int64_t>(token_cap) * num_heads * g.nc * head_dim;
+  if (fused) {
+    return vec ? LaunchFor<true, true>(dp, true, splits, a, g, q, k, v, key_cache, value_cache, out, ws_o, ws_ml,
+                                       token_cap, stream)
+               : LaunchFor<false, true>(dp, true, splits, a, g, q, k, v, key_cache, value_cache, out, ws_o, ws_ml,
+                                        token_cap, stream);
+  }
+  using specworker::paged::AppendKernel;
   if (vec) {
-    AppendKernel<true><<<token_cap, kThreads, 0, stream>>>(a, k, v, key_cache, value_cache);
+    AppendKernel<bf16, uint4, LaunchDependentsHook><<<token_cap, kThreads, 0, stream>>>(a, k, v, key_cache, value_cache);
   } else {
-    AppendKernel<false><<<token_cap, kThreads, 0, stream>>>(a, k, v, key_cache, value_cache);
+    AppendKernel<bf16, bf16, LaunchDependentsHook><<<token_cap, kThreads, 0, stream>>>(a, k, v, key_cache, value_cache);
   }
   err = cudaGetLastError();
   if (err != cudaSuccess) return static_cast<int>(err);
-  const int dp = head_dim <= 32 ? 32 : head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256;
-  float* ws_o = workspace;
-  float* ws_ml = workspace + static_cast<int64_t>(token_cap) * num_heads * g.nc * head_dim;
-  const int rc = vec ? LaunchFor<true>(dp, pdl, a, g, q, key_cache, value_cache, out, ws_o, ws_ml, token_cap, stream)
-                     : LaunchFor<false>(dp, pdl, a, g, q, key_cache, value_cache, out, ws_o, ws_ml, token_cap, stream);
+  const int rc = vec ? LaunchFor<true, false>(dp, pdl, splits, a, g, q, k, v, key_cache, value_cache, out, ws_o,
+                                              ws_ml, token_cap, stream)
+                     : LaunchFor<false, false>(dp, pdl, splits, a, g, q, k, v, key_cache, value_cache, out, ws_o,
+                                               ws_ml, token_cap, stream);
   if (rc != 0) return rc;
   // The chunk weights and l, then each chunk's m and l, rounded up and padded: the unrolled chunk loop may load
   // the weights 4 at a time.
@@ -642,6 +779,6 @@ extern "C" int specworker_paged_attention_bf16_launch(
     err = cudaFuncSetAttribute(CombineKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, combine_bytes);
     if (err != cudaSuccess) return static_cast<int>(err);
   }
-  return static_cast<int>(Launch(pdl, CombineKernel, dim3(token_cap, num_heads), combine_bytes, stream, a, g,
+  return static_cast<int>(Launch(pdl, 1, CombineKernel, dim3(token_cap, num_heads), combine_bytes, stream, a, g,
                                  static_cast<const float*>(ws_o), static_cast<const float*>(ws_ml), out));
 }

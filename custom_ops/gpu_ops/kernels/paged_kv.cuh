@@ -43,23 +43,41 @@ __device__ __forceinline__ int64_t BlockOf(const Params& a, int b, int64_t pos) 
   return block >= 0 && block < a.num_blocks ? block : -1;
 }
 
-template <typename T>
+// Copies k[t] and v[t], kv heads h0 .. h1 - 1, to offset `offset` of cache block `block`; threads of the block over
+// (head, column) in units of Vec (T itself, or a 16-byte type when head_dim % (16 / sizeof(T)) == 0 and the four
+// pointers are 16-byte aligned).
+template <typename T, typename Vec>
+__device__ __forceinline__ void CopyRowToCache(const Params& a, int t, int64_t block, int64_t offset, int h0, int h1,
+                                               const T* __restrict__ k, const T* __restrict__ v,
+                                               T* __restrict__ key_cache, T* __restrict__ value_cache) {
+  constexpr int per = sizeof(Vec) / sizeof(T);
+  const int D = a.head_dim, n = (h1 - h0) * D / per;
+  for (int e = threadIdx.x; e < n; e += blockDim.x) {
+    const int h = h0 + e * per / D, d = e * per - (h - h0) * D;
+    const int64_t dst = ((block * a.num_kv_heads + h) * a.block_size + offset) * D + d;
+    const int64_t src = (static_cast<int64_t>(t) * a.num_kv_heads + h) * D + d;
+    *reinterpret_cast<Vec*>(key_cache + dst) = *reinterpret_cast<const Vec*>(k + src);
+    *reinterpret_cast<Vec*>(value_cache + dst) = *reinterpret_cast<const Vec*>(v + src);
+  }
+}
+
+struct NoHook {
+  __device__ void operator()() const {}
+};
+
+// One block per packed row: k[t], v[t] to the row's cache position; a row the CPU op would refuse, or whose block
+// is not valid, writes nothing. Vec: the copy unit (CopyRowToCache); Hook runs first (the bf16 kernel's
+// programmatic-launch trigger).
+template <typename T, typename Vec = T, typename Hook = NoHook>
 __global__ void AppendKernel(Params a, const T* __restrict__ k, const T* __restrict__ v,
                              T* __restrict__ key_cache, T* __restrict__ value_cache) {
+  Hook()();
   const int t = blockIdx.x;
   const RowPos r = ResolveRow(a, t);
   if (r.slot < 0) return;
   const int64_t block = BlockOf(a, r.slot, r.pos);
   if (block < 0) return;
-  const int64_t offset = r.pos % a.block_size;
-  const int row = a.num_kv_heads * a.head_dim;
-  for (int e = threadIdx.x; e < row; e += blockDim.x) {
-    const int h = e / a.head_dim;
-    const int64_t dst = ((block * a.num_kv_heads + h) * a.block_size + offset) * a.head_dim +
-                        (e - h * a.head_dim);
-    key_cache[dst] = k[static_cast<int64_t>(t) * row + e];
-    value_cache[dst] = v[static_cast<int64_t>(t) * row + e];
-  }
+  CopyRowToCache<T, Vec>(a, t, block, r.pos % a.block_size, 0, a.num_kv_heads, k, v, key_cache, value_cache);
 }
 
 }  // namespace paged
