@@ -41,6 +41,7 @@ from specworker.model_executor.ops.model_ops import (  # noqa: F401
     batch_invariant_linear_bf16,
     pack_linear_weight,
 )
+from specworker.model_executor.ops.model_ops import RotatedQKV, qkv_norm_rotary  # noqa: F401
 
 __all__ = [
     "OpsNotBuiltError",
@@ -72,4 +73,6 @@ __all__ = [
     "batch_invariant_linear",
     "batch_invariant_linear_bf16",
     "pack_linear_weight",
+    "RotatedQKV",
+    "qkv_norm_rotary",
 ]
