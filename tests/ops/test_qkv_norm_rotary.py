@@ -168,3 +168,15 @@ def test_qkv_norm_rotary_rejects_a_head_count_that_is_not_a_host_int(attr):
     args[attr] = float(args[attr])
     with pytest.raises(TypeError, match=f"qkv_norm_rotary: {attr} must be a host int, got float"):
         qkv_norm_rotary(**args)
+
+
+@pytest.mark.parametrize("attrs, message", [
+    (dict(num_heads=0), "num_heads = 0, expected >= 1"),
+    (dict(num_kv_heads=0), "num_kv_heads = 0, expected >= 1"),
+    (dict(head_dim=8194), r"head_dim = 8194, expected an even number in \[2, 8192\]"),
+    (dict(eps=-1.0), "eps = -1, expected a finite number >= 0"),
+    (dict(eps=float("nan")), "eps = nan, expected a finite number >= 0"),
+])
+def test_qkv_norm_rotary_rejects_bad_attributes(attrs, message):
+    with pytest.raises(ValueError, match=f"qkv_norm_rotary: {message}"):
+        qkv_norm_rotary(**{**_args(norms=True), **attrs})
