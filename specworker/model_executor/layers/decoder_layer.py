@@ -17,7 +17,7 @@ from specworker.model_executor.forward_meta import ForwardMeta
 from specworker.model_executor.layers.elementwise import rowwise
 from specworker.model_executor.layers.packed_weights import PackedWeights
 from specworker.model_executor.layers.rms_norm import RMSNorm
-from specworker.model_executor.layers.rotary import apply_rotary, apply_rotary_factors
+from specworker.model_executor.layers.rotary import apply_rotary
 from specworker.model_executor.parallel import SINGLE_RANK, TensorParallel
 
 INIT_STD = 0.02
@@ -83,21 +83,22 @@ class Attention(PackedWeights, paddle.nn.Layer):
         caches [num_blocks, kv_heads, block_size, head_dim]."""
         t = x.shape[0]
         qkv = ops.batch_invariant_linear(x, self.linear_weight("qkv_proj"), self.qkv_bias)
-        qk, v = paddle.split(qkv, [self.q_width + self.kv_width, self.kv_width], axis=-1)
-        qk = qk.reshape([t, self.num_heads + self.num_kv_heads, self.head_dim])
-        if self.q_norm is not None:  # per-head norms: [T * heads, head_dim] rows through the invariant RMSNorm
-            q, k = paddle.split(qk, [self.num_heads, self.num_kv_heads], axis=1)
-            q = self.q_norm(q.reshape([-1, self.head_dim])).reshape([t, self.num_heads, self.head_dim])
-            k = self.k_norm(k.reshape([-1, self.head_dim])).reshape([t, self.num_kv_heads, self.head_dim])
-            qk = paddle.concat([q, k], axis=1)
-        # q and k heads rotated in one call (same positions): [T, num_heads + num_kv_heads, head_dim]
-        q, k = paddle.split(apply_rotary_factors(qk, cos, sin), [self.num_heads, self.num_kv_heads], axis=1)
-        v = v.reshape([t, self.num_kv_heads, self.head_dim])
+        q, k, v = self.rotate_qkv(qkv, cos, sin)
         out = ops.paged_attention(q, k, v, key_cache, value_cache, block_tables, meta.cu_seqlens_q,
                                   meta.seq_lens_decoder, meta.seq_lens_this_time, meta.batch_id_per_token)
         out = ops.batch_invariant_linear(out.reshape([t, self.q_width]), self.linear_weight("o_proj"),
                                          self._o_bias_in_linear)  # [T, H], this rank's heads' share
         return row_parallel_output(self.tp, out, self.o_bias)
+
+    def rotate_qkv(self, qkv, cos, sin) -> ops.RotatedQKV:
+        """qkv [T, q_width + 2 kv_width] -> q [T, heads, head_dim], k and v [T, kv_heads, head_dim]: heads split,
+        q/k normed per head (Qwen3) and rotated, in one op (docs/spec.md §4.11)."""
+        q_norm_weight = k_norm_weight = None
+        eps = 1e-6  # unused without norms
+        if self.q_norm is not None:
+            q_norm_weight, k_norm_weight, eps = self.q_norm.weight, self.k_norm.weight, self.q_norm.eps
+        return ops.qkv_norm_rotary(qkv, cos, sin, q_norm_weight, k_norm_weight, num_heads=self.num_heads,
+                                   num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, eps=eps)
 
     def project_train(self, x, cos, sin):
         """Training-path q, k (normed, rotated) and v of x [B, L, H]: [B, L, heads or kv_heads, head_dim] each."""

@@ -85,6 +85,7 @@ class RotaryEmbedding:
 def apply_rotary_factors(x: paddle.Tensor, cos_full: paddle.Tensor, sin_signed: paddle.Tensor) -> paddle.Tensor:
     """apply_rotary in four ops, with its bits: x * [c, c] + roll(x, d/2) * [-s, s], i.e.
     x1 * c + x2 * (-s) == x1 * c - x2 * s and x2 * c + x1 * s exactly (negation is exact in IEEE).
+    Attention.forward computes these bits with ops.qkv_norm_rotary (one op, docs/spec.md §4.11).
 
     Args:
         x: [T, heads, head_dim].

@@ -42,6 +42,8 @@ from specworker.model_executor.ops.model_ops import (  # noqa: F401
     pack_linear_weight,
     FusedRmsNormOutput,
     fused_rms_norm,
+    RotatedQKV,
+    qkv_norm_rotary,
 )
 
 __all__ = [
@@ -76,4 +78,6 @@ __all__ = [
     "pack_linear_weight",
     "FusedRmsNormOutput",
     "fused_rms_norm",
+    "RotatedQKV",
+    "qkv_norm_rotary",
 ]

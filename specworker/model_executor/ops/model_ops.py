@@ -1,5 +1,5 @@
 """Wrappers of the model-side ops: attention over the paged KV cache, batch-invariant linear (float32 and
-bfloat16), residual add + RMSNorm."""
+bfloat16), residual add + RMSNorm, q/k norm and rotary of the qkv projection."""
 
 from __future__ import annotations
 
@@ -92,6 +92,69 @@ def paged_attention(
         float(scale),
     )
     return out[0] if isinstance(out, (list, tuple)) else out
+
+
+class RotatedQKV(NamedTuple):
+    """qkv_norm_rotary's outputs, paged_attention's q, k and v."""
+
+    q: paddle.Tensor  # [T, num_heads, head_dim] float32, normed (optional) and rotated
+    k: paddle.Tensor  # [T, num_kv_heads, head_dim] float32, normed (optional) and rotated
+    v: paddle.Tensor  # [T, num_kv_heads, head_dim] float32, qkv's v columns unchanged
+
+
+@op_wrapper
+def qkv_norm_rotary(
+    qkv: paddle.Tensor,
+    cos_full: paddle.Tensor,
+    sin_signed: paddle.Tensor,
+    q_norm_weight: paddle.Tensor | None = None,
+    k_norm_weight: paddle.Tensor | None = None,
+    *,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    eps: float = 1e-6,
+) -> RotatedQKV:
+    """Splits the packed qkv projection into heads, applies the optional per-head RMSNorm (Qwen3's
+    q_norm / k_norm) and the rotary embedding to q and k, in one op (docs/spec.md §4.11).
+
+    Per row t and q or k head, y = the head's head_dim values: with norms, y_k = fl(fl(y_k / r) * w_k) with
+    r = sqrt(fl(sum_k fl(fl(y_k * y_k) * fl(1 / d)) + eps)), the sum in k order and the sqrt correctly
+    rounded; then out_j = fl(fl(y_j * cos_full_j) + fl(y_{(j + d/2) mod d} * sin_signed_j)), i.e.
+    apply_rotary_factors' bits. Every step is one float32 operation (no FMA), so CPU and GPU agree bit for
+    bit and a row's bits never depend on the other rows.
+
+    Args:
+        qkv: [T, (num_heads + 2 * num_kv_heads) * head_dim] float32: q heads, then k heads, then v heads.
+        cos_full, sin_signed: [T, 1, head_dim] (RotaryEmbedding.factors) or [T, head_dim] float32.
+        q_norm_weight, k_norm_weight: [head_dim] float32, both or neither.
+        num_heads, num_kv_heads: heads of q and of k / v; num_heads % num_kv_heads == 0.
+        head_dim: even, at most 8192.
+        eps: the norms' epsilon (passed as float32); unused without norm weights.
+    Returns:
+        RotatedQKV(q [T, num_heads, head_dim], k [T, num_kv_heads, head_dim], v [T, num_kv_heads, head_dim]),
+        float32, contiguous.
+    Raises:
+        ValueError: a dtype other than float32, a qkv width other than (num_heads + 2 * num_kv_heads) *
+            head_dim, factors not [T, 1, head_dim] or [T, head_dim], a norm weight not [head_dim] or given
+            without the other, an odd head_dim, num_heads % num_kv_heads != 0, devices differ.
+        TypeError: a head count or head_dim that is not a host int.
+    Example (one head each, head_dim 2, no norms, cos_full [[c, c]], sin_signed [[-s, s]] with c = 0, s = 1,
+        i.e. a quarter turn): qkv [[1, 2, 3, 4, 5, 6]] -> q [[[-2, 1]]], k [[[-4, 3]]], v [[[5, 6]]].
+    """
+    out = _run(
+        "qkv_norm_rotary",
+        qkv,
+        cos_full,
+        sin_signed,
+        q_norm_weight,
+        k_norm_weight,
+        _host_int("qkv_norm_rotary", "num_heads", num_heads),
+        _host_int("qkv_norm_rotary", "num_kv_heads", num_kv_heads),
+        _host_int("qkv_norm_rotary", "head_dim", head_dim),
+        float(eps),
+    )
+    return RotatedQKV(*out)
 
 
 LINEAR_PANEL = 32  # columns per weight panel of the CPU linear kernel
