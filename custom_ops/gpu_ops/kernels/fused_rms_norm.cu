@@ -71,9 +71,10 @@ extern "C" int specworker_fused_rms_norm_launch(const float* x, const float* wei
                                                 const float* residual, float* out,
                                                 float* residual_out, int rows, int hidden,
                                                 float eps, cudaStream_t stream) {
+  // A zero-size tensor may have no storage (a NULL pointer), so pointers are checked only when rows > 0.
   const bool bad = rows < 0 || hidden < 1 || !(eps >= 0.0f) ||
-                   (residual == nullptr) != (residual_out == nullptr) ||
-                   (rows > 0 && (x == nullptr || weight == nullptr || out == nullptr));
+                   (rows > 0 && (x == nullptr || weight == nullptr || out == nullptr ||
+                                 (residual == nullptr) != (residual_out == nullptr)));
   if (bad) return static_cast<int>(cudaErrorInvalidValue);
   if (rows == 0) return static_cast<int>(cudaSuccess);
   // As many rows per block as fit the staging limit (kWarps, or 1 for wide rows, or unstaged).

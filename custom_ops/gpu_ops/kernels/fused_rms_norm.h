@@ -14,7 +14,7 @@ extern "C" {
 //   out           [rows, hidden] float32, fully written
 //   residual_out  [rows, hidden] float32 (h = fl(x + residual)); given exactly when residual is
 // Returns the cudaError_t as an int: cudaErrorInvalidValue for rows < 0, hidden < 1, eps negative
-// or NaN, residual without residual_out (or the reverse), NULL x / weight / out with rows > 0;
+// or NaN, and with rows > 0: residual without residual_out (or the reverse), NULL x / weight / out;
 // else the launch's error (0 on success; rows == 0 launches nothing).
 int specworker_fused_rms_norm_launch(const float* x, const float* weight, const float* residual,
                                      float* out, float* residual_out, int rows, int hidden,
