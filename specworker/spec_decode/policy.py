@@ -136,18 +136,22 @@ class AdaptivePolicy(SpeculationPolicy):
     observed K is held for `hold` steps (so K = 0..k_max take turns and load drift hits them all); afterwards a
     neighbour of the current K
     (alternately above and below) is held for `hold` steps every `explore_every` decode steps, an interval that
-    doubles (up to `explore_max`) each time the exploration leaves the choice as it was and returns to
+    doubles (up to `explore_max`) each time the exploration leaves the choice as it was (once the worker totals hold
+    `admit_min_reaches` verifications of draft position 1) and returns to
     `explore_every` when the choice changes. The chosen K changes only when another K's rate beats it by more than
     `switch_margin`.
-    Draft-less admission (`admit`): a request admitted where K = 0 is settled (`prefers_no_drafts`) gets cap 0 for
+    Draft-less admission (`admit`): a request admitted where K = 0 is settled (`prefers_no_drafts`; it also needs
+    `admit_min_reaches` verifications of draft position 1 in the worker totals) gets cap 0 for
     its life, so its draft prefill is skipped and a batch of such slots runs no proposer at all. A step holding
     draft-less slots files no K >= 1 cost (it drafted for fewer slots than T(B, K) assumes).
     """
 
     def __init__(self, num_slots: int, k_max: int, *, pin_sampled: bool = False,
                  prior_weight: float = 6.0, decay: float = 0.92, need: int = 3, hold: int = 2,
-                 explore_every: int = 32, explore_max: int = 256, switch_margin: float = 0.02):
+                 explore_every: int = 32, explore_max: int = 256, switch_margin: float = 0.02,
+                 admit_min_reaches: int = 64):
         super().__init__(num_slots, k_max, pin_sampled=pin_sampled)
+        self.admit_min_reaches = admit_min_reaches  # draft-position-1 verifications before admission may settle K = 0
         self.prior_weight, self.decay = prior_weight, decay
         self.need, self.hold, self.explore_every, self.switch_margin = need, hold, explore_every, switch_margin
         self.explore_max = explore_max
@@ -212,6 +216,11 @@ class AdaptivePolicy(SpeculationPolicy):
         current one: a draft-less request cannot draft later, so neither an exploration nor an extrapolation may
         make it so.)"""
         if num_slots < 1 or any(self.costs.count.get(k, 0) < self.need for k in range(self.k_max + 1)):
+            return False
+        # The acceptance must rest on evidence too: after one request's exploration the Laplace-smoothed totals hold a
+        # handful of verifications (SmolLM2's MTP head, held-out P1 = 0.52, read 0.27 from its first ones), and an
+        # irreversible K = 0 settled on them left 1.21x unused at batch 1.
+        if self.total_reaches[0] < self.admit_min_reaches:
             return False
         if self.costs.support(num_slots, self.k_max).min() < 1.0:
             return False
@@ -317,7 +326,9 @@ class AdaptivePolicy(SpeculationPolicy):
             best = self.kept_k  # within the margin of the current K: stay (measurement noise, KV refill)
         if best != self.kept_k:
             self.explore_interval = self.explore_every
-        elif self.explored:  # the exploration confirmed the choice: explore less often
+        elif self.explored and self.total_reaches[0] >= self.admit_min_reaches:
+            # the exploration confirmed the choice: explore less often, once the acceptance rests on evidence (a
+            # choice of K = 0 made on a few early verifications gathers none but in explorations)
             self.explore_interval = min(2 * self.explore_interval, self.explore_max)
         self.explored = False
         self.kept_k = best

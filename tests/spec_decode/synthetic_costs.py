@@ -44,6 +44,9 @@ def drafts_pay_below(threshold: int) -> Callable[[int, int], float]:
 
 
 def adaptive_with(num_slots: int, k_max: int, cost, *, ready: bool = True, **kw) -> AdaptivePolicy:
+    """An AdaptivePolicy on the synthetic costs. Its draft-less admission needs no acceptance evidence unless
+    admit_min_reaches is given: these workers run a few short requests, and the costs alone decide here."""
+    kw.setdefault("admit_min_reaches", 0)
     policy = AdaptivePolicy(num_slots, k_max, **kw)
     policy.costs = SyntheticCostModel(cost, k_max=k_max, ready=ready, need=policy.need)
     return policy

@@ -169,33 +169,62 @@ def test_adaptive_explores_less_often_while_the_choice_holds():
     """Steps 0-7 build the table (K = 0, 0, 1, 1, ...); then a neighbour (K = 0) is explored at step 8 (8 steps
     after the start), 24 (16 later: the first exploration confirmed K = 1, which costs 1.5x and brings 0.9
     tokens), 56 and 88 (32 later: capped at `explore_max`); when the costs change so that K = 0 wins, the interval
-    is back to `explore_every`."""
-    policy = AdaptivePolicy(1, 1, need=2, hold=2, explore_every=8, explore_max=32)
-
-    def run(steps, k1_factor):
-        seen, intervals = [], []
-        for _ in range(steps):
-            cost = StepCost(num_slots=1, num_drafts=policy.last_k, num_substeps=policy.last_k,
-                            seconds=0.01 * (1 + k1_factor * policy.last_k))
-            seen.append(int(policy.choose(_step([True], drafted=[1], emitted=[2], cost=cost))[0]))
-            intervals.append(policy.explore_interval)
-        return seen, intervals
-
-    seen, _ = run(120, 0.5)
+    is back to `explore_every`. (admit_min_reaches = 0: the acceptance evidence the back-off waits for is the next
+    test's subject.)"""
+    policy = AdaptivePolicy(1, 1, need=2, hold=2, explore_every=8, explore_max=32, admit_min_reaches=0)
+    seen, intervals = _run_explorations(policy, 120, 0.5)
     explored = [i for i in range(8, len(seen)) if seen[i] == 0 and seen[i - 1] == 1]  # K = 0 holds after the table
     assert explored == [8, 24, 56, 88] and seen[8:10] == [0, 0], explored
-    _, intervals = run(60, 2.0)  # K = 1 now costs 3x: the next exploration (of K = 0) moves the choice to K = 0 ...
-    assert policy.kept_k == 0 and 8 in intervals  # ... and the interval restarts from explore_every
+    _, intervals = _run_explorations(policy, 60, 2.0)  # K = 1 now costs 3x: the next exploration (of K = 0) moves
+    assert policy.kept_k == 0 and 8 in intervals  # the choice to K = 0, and the interval restarts from explore_every
 
 
-def _settled_at(batch, k_max=2, n=4):
+def test_adaptive_keeps_exploring_until_the_acceptance_rests_on_evidence():
+    """Regression: SmolLM2's MTP head at batch 1 settled on K = 0 from a few early verifications (position 1 read
+    0.27, held-out 0.52) and then explored every 64, 128, 256 steps, gathering almost no acceptance data: 0.81x of
+    fixed k = 2. The interval now doubles only once the totals hold admit_min_reaches position-1 verifications; here
+    the 120 steps give about 60, under the 1000 asked for, so explorations stay 8 steps apart."""
+    policy = AdaptivePolicy(1, 1, need=2, hold=2, explore_every=8, explore_max=32, admit_min_reaches=1000)
+    seen, intervals = _run_explorations(policy, 120, 0.5)
+    explored = [i for i in range(8, len(seen)) if seen[i] == 0 and seen[i - 1] == 1]
+    assert explored[:4] == [8, 16, 24, 32] and set(intervals) == {8}, (explored, set(intervals))
+
+
+def _run_explorations(policy, steps, k1_factor):
+    """Drives `policy` over 1-slot steps where K = 1 costs (1 + k1_factor) x K = 0 and a draft is always accepted:
+    ([K chosen per step], [explore_interval after each step])."""
+    seen, intervals = [], []
+    for _ in range(steps):
+        cost = StepCost(num_slots=1, num_drafts=policy.last_k, num_substeps=policy.last_k,
+                        seconds=0.01 * (1 + k1_factor * policy.last_k))
+        seen.append(int(policy.choose(_step([True], drafted=[1], emitted=[2], cost=cost))[0]))
+        intervals.append(policy.explore_interval)
+    return seen, intervals
+
+
+def _settled_at(batch, k_max=2, n=4, reaches=None):
     """An AdaptivePolicy whose cost model saw `need` steady steps of every K at `batch` slots, each draft costing a
-    whole step (K = 0 wins at any acceptance: E(K) < 1 + K)."""
+    whole step (K = 0 wins at any acceptance: E(K) < 1 + K), and whose totals hold `reaches` (default: the
+    policy's admit_min_reaches) verifications of every draft position, half of them accepted (prior 0.5)."""
     policy = AdaptivePolicy(n, k_max)
     for k in range(k_max + 1):
         for _ in range(policy.need):
             policy.costs.add(k, _cost(batch, batch * k, k, 0.01 * (1 + k)))
+    policy.total_reaches[:] = policy.admit_min_reaches if reaches is None else reaches
+    policy.total_successes[:] = policy.total_reaches / 2
     return policy
+
+
+def test_adaptive_admits_draftless_only_on_enough_acceptance_evidence():
+    """Regression: SmolLM2's MTP head at batch 1 (held-out P1 = 0.52) was admitted draft-less for good after one
+    request's exploration, its first few verifications reading 0.27. Costs that settle K = 0 are not enough: the
+    worker totals must also hold admit_min_reaches verifications of draft position 1."""
+    policy = _settled_at(32, reaches=AdaptivePolicy(1, 1).admit_min_reaches - 1)
+    policy.on_insert(0, _request())
+    assert policy.admit(0, 32) and not policy.draftless[0]
+    policy.total_reaches[0] += 1
+    policy.on_insert(1, _request())
+    assert not policy.admit(1, 32) and policy.draftless[1]
 
 
 def test_step_cost_model_support_counts_near_observations():
