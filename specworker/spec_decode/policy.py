@@ -129,7 +129,10 @@ class AdaptivePolicy(SpeculationPolicy):
     """argmax over K of expected emitted tokens per second, then per-slot trimming (docs/spec.md §2.3).
 
     Acceptance: per slot and position, a_bj = (s_bj + m * p_j) / (n_bj + m): s, n the slot's decayed successes and
-    reaches (decay `decay` per step), p_j the worker's Laplace-smoothed totals, m = `prior_weight`.
+    reaches (decay `decay` per step), p_j the worker's Laplace-smoothed totals, m = `prior_weight`. A step that allows
+    a slot k drafts scales it by r_kj = p_kj / p_j, p_kj the worker's acceptance at position j in steps whose previous
+    step allowed k drafts, shrunk to p_j with weight `k_prior_weight`: where a step of k drafts leaves the next step's
+    anchor depends on k, and so does the acceptance that anchor sees (docs/adaptive.md).
     Cost: T(B, K) and its verify part V from StepCostModel: per K, a local linear fit in B of the measured wall
     seconds of recent steady decode steps.
     Exploration: until every K has `need` observations of a step whose K equals the previous step's, the least
@@ -149,8 +152,13 @@ class AdaptivePolicy(SpeculationPolicy):
     def __init__(self, num_slots: int, k_max: int, *, pin_sampled: bool = False,
                  prior_weight: float = 6.0, decay: float = 0.92, need: int = 3, hold: int = 2,
                  explore_every: int = 32, explore_max: int = 256, switch_margin: float = 0.02,
-                 admit_min_reaches: int = 64):
+                 admit_min_reaches: int = 64, k_prior_weight: float = 8.0, k_min_reaches: int = 16,
+                 redecide_every: int = 4):
         super().__init__(num_slots, k_max, pin_sampled=pin_sampled)
+        self.k_min_reaches = k_min_reaches  # per-k evidence before explorations of that neighbour back off
+        self.redecide_every = redecide_every  # steps a decision is kept while the live slots and caps stay the same
+        self.decision: tuple[tuple[bytes, bytes], int, int, np.ndarray] | None = None  # (key, steps, K, [N] k_b)
+        self.k_prior_weight = k_prior_weight
         self.admit_min_reaches = admit_min_reaches  # draft-position-1 verifications before admission may settle K = 0
         self.prior_weight, self.decay = prior_weight, decay
         self.need, self.hold, self.explore_every, self.switch_margin = need, hold, explore_every, switch_margin
@@ -160,10 +168,17 @@ class AdaptivePolicy(SpeculationPolicy):
         self.num_explorations = 0
         self.explored = False  # a neighbour exploration ended since the last exploitation choice
         self.kept_k = k_max  # the K exploitation last chose (switching away needs a margin)
-        self.successes = np.zeros((num_slots, k_max))  # [N, K] decayed accepted drafts at position j
-        self.reaches = np.zeros((num_slots, k_max))  # [N, K] decayed times position j was reached
-        self.total_successes = np.zeros(k_max)  # [K] worker totals (the prior)
-        self.total_reaches = np.zeros(k_max)
+        self.slot_counts = np.zeros((2, num_slots, k_max))  # [reaches, successes][N, K] decayed, per position j
+        self.totals = np.zeros((2, k_max))  # [reaches, successes][K]: worker totals (the prior)
+        self.k_totals = np.zeros((2, k_max, k_max))  # [.., k - 1, j]: worker totals of steps after one allowed k
+        self.pending_decay = 1.0  # decay owed by successes / reaches for steps in which no slot drafted
+        self.prev_allowed = np.zeros(num_slots, dtype=np.int64)  # [N] k_b of the slot's last verified step (0: none)
+        # [2, k_b, emitted, j]: position j (0-based) reached (j < min(k_b, emitted)) / accepted (j < min(k_b, emitted
+        # - 1)) in a verify step that allowed k_b drafts and emitted that many tokens
+        kb, em, j = np.ogrid[:k_max + 1, :k_max + 2, :k_max]
+        self._count_table = np.stack([j < np.minimum(kb, em), j < np.minimum(kb, em - 1)]).astype(np.float64)
+        self._one_hot = np.eye(k_max + 1)[1:]  # [K, K + 1]: column k_b selects row k_b - 1 (k_b = 0: none)
+        self._below_k = (np.arange(k_max)[None, :] < np.arange(k_max + 1)[:, None]).astype(np.float64)  # [K + 1, K]
         self.costs = StepCostModel()
         self.allowed = np.zeros(num_slots, dtype=np.int64)  # [N] k_b of the step being verified next (0: not decoding)
         self.draftless = np.zeros(num_slots, dtype=bool)  # [N] admitted draft-less by this policy (cap 0 for life)
@@ -185,19 +200,24 @@ class AdaptivePolicy(SpeculationPolicy):
 
     def on_swap(self, i: int, j: int) -> None:
         super().on_swap(i, j)
-        for a in (self.successes, self.reaches, self.allowed, self.draftless):
+        self.decision = None  # its per-slot k_b belong to the old rows
+        for a in (self.allowed, self.prev_allowed, self.draftless):
             a[[i, j]] = a[[j, i]]
+        self.slot_counts[:, [i, j]] = self.slot_counts[:, [j, i]]
 
     def on_move(self, src: int, dst: int) -> None:
         super().on_move(src, dst)
-        for a in (self.successes, self.reaches, self.allowed, self.draftless):
+        self.decision = None
+        for a in (self.allowed, self.prev_allowed, self.draftless):
             a[dst] = a[src]
+        self.slot_counts[:, dst] = self.slot_counts[:, src]
         self._reset(src)
 
     def _reset(self, slot: int) -> None:
-        self.successes[slot] = 0.0
-        self.reaches[slot] = 0.0
+        self.decision = None
+        self.slot_counts[:, slot] = 0.0
         self.allowed[slot] = 0
+        self.prev_allowed[slot] = 0
         self.draftless[slot] = False
 
     def admit(self, slot: int, num_slots: int) -> bool:
@@ -226,7 +246,8 @@ class AdaptivePolicy(SpeculationPolicy):
             return False
         # relative costs: while only K = 0 runs, the load may change since K >= 1 was last measured
         seconds = self.costs.predict_relative(num_slots, self.k_max)
-        rates = expected_tokens(self.prior()[None, :])[0] / seconds  # [K + 1]; every slot at the prior: B cancels
+        gain, _ = self.expected_by_k(self.prior()[None, :])
+        rates = gain[0] / seconds  # [K + 1]; every slot at the prior: B cancels
         return bool(rates[0] >= (1 + self.switch_margin) * rates[1:].max())
 
     # ---- estimates ----
@@ -237,29 +258,58 @@ class AdaptivePolicy(SpeculationPolicy):
         # Positions count from what the slot was allowed (k_b), not what its proposer drafted: a lookup proposer
         # that finds nothing drafts fewer, and E_b(K) must be the tokens a step *allowed* K brings, as T(B, K) is
         # that step's cost. Slots that emitted nothing (paused) or were not decoding (allowed 0) add nothing.
-        allowed = np.where(step.emitted >= 1, np.maximum(self.allowed, step.drafted), 0)
-        drafted = np.minimum(allowed, k)[:, None]  # [N, 1]
-        accepted = np.maximum(step.emitted - 1, 0)[:, None]  # [N, 1]
-        pos = np.arange(k)[None, :]  # [1, K] position j - 1
-        reached = (pos < drafted) & (pos <= accepted)  # [N, K]: position reached in this verify step
-        hit = reached & (pos < accepted)
-        self.total_reaches += reached.sum(axis=0)
-        self.total_successes += hit.sum(axis=0)
-        self.reaches = self.decay * self.reaches + reached
-        self.successes = self.decay * self.successes + hit
+        allowed = np.minimum(np.maximum(self.allowed, step.drafted), k)  # [N]
+        emitted = np.minimum(step.emitted, k + 1)  # [N]; 0: the slot emitted nothing (not decoding, paused)
+        counts = self._count_table[:, allowed, emitted]  # [2, N, K]: reached, accepted per position (0 if emitted 0)
+        if counts.any():
+            self.totals += counts.sum(axis=1)
+            # Filed under the k the slot's previous step allowed: that step's k placed this step's anchor (a fully
+            # accepted step of k drafts moves it k + 1 tokens on), and the acceptance seen from it depends on where
+            # it lies (on the tiny pair, position 1 after a fully accepted step: 0.65 at k = 3, 0.94 at k = 2).
+            self.k_totals += self._one_hot[:, self.prev_allowed] @ counts  # [K, N] @ [2, N, K] -> [2, K, K]
+            self.slot_counts *= self.pending_decay * self.decay
+            self.slot_counts += counts
+            self.pending_decay = 1.0
+        else:  # nothing verified: only the decay, owed until the next verification (a k = 0 step stays cheap)
+            self.pending_decay *= self.decay
+        self.prev_allowed = np.where(emitted > 0, allowed, 0)
         steady = len(self.recent_k) == 2 and self.recent_k[0] == self.recent_k[1]
         partial = self.recent_k[-1:] != [0] and any(self.recent_draftless)  # drafted for fewer slots than T assumes
         if step.cost is not None and steady and not partial and step.cost.num_slots > 0:
             self.costs.add(self.recent_k[1], step.cost)
 
+    # views of the counts (tests, metrics)
+    reaches = property(lambda self: self.slot_counts[0])  # [N, K] decayed times position j was reached
+    successes = property(lambda self: self.slot_counts[1])  # [N, K] decayed accepted drafts at position j
+    total_reaches = property(lambda self: self.totals[0])
+    total_successes = property(lambda self: self.totals[1])
+    k_reaches = property(lambda self: self.k_totals[0])
+    k_successes = property(lambda self: self.k_totals[1])
+
     def prior(self) -> np.ndarray:
         """[K] the worker's Laplace-smoothed acceptance per position (totals, not decayed)."""
-        return (self.total_successes + 1.0) / (self.total_reaches + 2.0)
+        return (self.totals[1] + 1.0) / (self.totals[0] + 2.0)
+
+    def prior_by_k(self) -> np.ndarray:
+        """[K, K] row k - 1: the worker's acceptance per position in steps after a step that allowed k drafts (the
+        steady state of k), shrunk to prior() with weight k_prior_weight (no such step yet: prior())."""
+        w = self.k_prior_weight
+        return (self.k_totals[1] + w * self.prior()) / (self.k_totals[0] + w)
 
     def acceptance(self) -> np.ndarray:
-        """[N, K] conditional acceptance per slot and position (prior-weighted EMA)."""
-        m = self.prior_weight
-        return (self.successes + m * self.prior()) / (self.reaches + m)
+        """[N, K] conditional acceptance per slot and position (prior-weighted EMA), for no particular k."""
+        m, d = self.prior_weight, self.pending_decay
+        return (d * self.slot_counts[1] + m * self.prior()) / (d * self.slot_counts[0] + m)
+
+    def expected_by_k(self, accept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(E [N, K + 1], reach [K + 1, N, K]): E[b, k] = tokens a step allowing slot b k drafts emits, with its
+        acceptance a_bj scaled by r_kj = prior_by_k[k - 1, j] / prior[j] (at most 1); reach[k] = P(draft j accepted)
+        under that scaling. Args: accept [N, K] (acceptance())."""
+        ratio = np.concatenate([np.ones((1, self.k_max)), self.prior_by_k() / self.prior()])  # [K + 1, K]; k = 0: 1
+        reach = np.cumprod(np.minimum(accept[None] * ratio[:, None, :], 1.0), axis=2)  # [K + 1, N, K]
+        # E[b, k] = 1 + sum_{j < k} reach[k, b, j]
+        gain = 1.0 + (reach * self._below_k[:, None, :]).sum(axis=2).T  # [N, K + 1]
+        return gain, reach
 
     # ---- the choice ----
     def choose(self, step: PolicyStep) -> np.ndarray:
@@ -283,12 +333,21 @@ class AdaptivePolicy(SpeculationPolicy):
         if self.held is None:
             self.held = self._exploration(ready)
         if self.held is not None:
+            self.decision = None  # decide afresh after the exploration
             k, left = self.held
             self.held = (k, left - 1) if left > 1 else None
             self.last_k = k
             return np.full_like(self.cap, k)
+        key = (live.tobytes(), self.cap.tobytes())
+        if self.decision is not None and self.decision[0] == key and self.decision[1] < self.redecide_every:
+            # the same slots and caps as at the last decision, a few steps ago: keep it (a decision is ~0.1-0.2 ms of
+            # numpy, a few % of a small model's step; the acceptance it rests on moves slowly)
+            self.decision = (key, self.decision[1] + 1, self.decision[2], self.decision[3])
+            self.last_k = self.decision[2]
+            return self.decision[3]
         seconds, verify = self.predicted_costs(live)
         best, k_b = self.best_k(live, seconds, verify)
+        self.decision = (key, 1, best, k_b)
         self.last_k = best
         return k_b
 
@@ -309,26 +368,29 @@ class AdaptivePolicy(SpeculationPolicy):
             return int(np.clip(k, 0, self.k_max)), self.hold
         return None
 
+    def _neighbours_known(self, k: int) -> bool:
+        """Whether the neighbours K = k - 1, k + 1 that draft each have `k_min_reaches` verifications of draft position 1
+        anchored by a step of theirs (prior_by_k then rests on their own evidence, not on the pooled prior)."""
+        return all(self.k_totals[0, n - 1, 0] >= self.k_min_reaches for n in (k - 1, k + 1) if 1 <= n <= self.k_max)
+
     def best_k(self, live: np.ndarray, seconds: np.ndarray, verify: np.ndarray | None = None) -> tuple[int, np.ndarray]:
         """(K, [N] k_b): the batch K maximising sum_b E_b(min(K, cap_b)) / T(B, K), then per slot the positions
         worth their verify cost at that rate: keep draft j iff P(draft j accepted) >= rate * c, c = (V(B, K) -
         V(B, 0)) / (drafts at K), V the verify part of the step (a substep is shared by the batch: dropping one
         slot's draft saves only its verify token). verify None: T itself."""
-        accept = self.acceptance()
-        gain = expected_tokens(accept)  # [N, K + 1]
+        gain, reach_by_k = self.expected_by_k(self.acceptance())  # [N, K + 1], [K + 1, N, K]
         rows = np.flatnonzero(live)
-        rates = []
-        for k in range(self.k_max + 1):
-            k_b = np.minimum(k, self.cap[rows])
-            rates.append(gain[rows, k_b].sum() / max(seconds[k], 1e-9))
+        k_b = np.minimum(np.arange(self.k_max + 1)[:, None], self.cap[rows][None, :])  # [K + 1, B]
+        rates = np.take_along_axis(gain[rows].T, k_b, axis=0).sum(axis=1) / np.maximum(seconds, 1e-9)  # [K + 1]
         best = int(np.argmax(rates))  # ties go to the smaller K
         if rates[best] < (1 + self.switch_margin) * rates[self.kept_k]:
             best = self.kept_k  # within the margin of the current K: stay (measurement noise, KV refill)
         if best != self.kept_k:
             self.explore_interval = self.explore_every
-        elif self.explored and self.total_reaches[0] >= self.admit_min_reaches:
+        elif self.explored and self.total_reaches[0] >= self.admit_min_reaches and self._neighbours_known(best):
             # the exploration confirmed the choice: explore less often, once the acceptance rests on evidence (a
-            # choice of K = 0 made on a few early verifications gathers none but in explorations)
+            # choice of K = 0 made on a few early verifications gathers none but in explorations; at batch 1 an
+            # exploration of K - 1 brings 2 verifications anchored by it, and its acceptance can differ from K's)
             self.explore_interval = min(2 * self.explore_interval, self.explore_max)
         self.explored = False
         self.kept_k = best
@@ -338,8 +400,7 @@ class AdaptivePolicy(SpeculationPolicy):
             return best, k_b
         verify = seconds if verify is None else verify
         draft_cost = max(verify[best] - verify[0], 0.0) / drafts
-        reach = np.cumprod(accept, axis=1)  # [N, K]
-        worth = (reach >= rates[best] * draft_cost).astype(np.int64)  # non-increasing along j
+        worth = (reach_by_k[best] >= rates[best] * draft_cost).astype(np.int64)  # [N, K], non-increasing along j
         return best, np.minimum(k_b, np.cumprod(worth, axis=1).sum(axis=1))
 
 

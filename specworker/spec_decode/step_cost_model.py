@@ -18,7 +18,6 @@ class _Fit:
 
     seconds: float  # T
     verify: float  # V
-    ratio: float  # T / T(B, 0) of the same time (nan: no observation knew T(B, 0))
     support: float  # summed kernel weight of the observations
 
 
@@ -59,21 +58,27 @@ class StepCostModel:
         self.samples: dict[int, list[tuple[float, float, float, float]]] = {}
         self.count: dict[int, int] = {}
         self._cached: dict[tuple[int, int], _Fit] = {}  # (B, K) -> its fits at B
-        self._unfitted = 0  # observations since the cached fits
+        self._unfitted: dict[int, int] = {}  # K -> its observations since its cached fits
+        self._since_any: dict[int, int] = {}  # K -> observations of any K since its cached fits
+        self._predicted: tuple[tuple[_Fit, ...], tuple[np.ndarray, np.ndarray]] | None = None  # predict's last
 
     def add(self, k: int, cost: StepCost) -> None:
         reference = cost.seconds if k == 0 else self._k0_now(cost.num_slots)
         row = (cost.num_slots, cost.seconds, cost.verify_seconds, reference)
         self.samples[k] = (self.samples.get(k, []) + [row])[-self.window:]
         self.count[k] = self.count.get(k, 0) + 1
-        self._unfitted += 1
+        self._unfitted[k] = self._unfitted.get(k, 0) + 1
+        for key in self._since_any:
+            self._since_any[key] += 1
 
     def predict(self, num_slots: int, k_max: int) -> tuple[np.ndarray, np.ndarray]:
         """([k_max + 1] T, [k_max + 1] V) seconds at batch size num_slots, from the seconds as measured; every K
-        needs an observation. Fits are cached per (B, K) until `refit_every` observations arrived (a fit is ~0.1 ms
-        of numpy; costs drift slowly)."""
-        fits = [self._fit_one(num_slots, k) for k in range(k_max + 1)]
-        return np.array([f.seconds for f in fits]), np.array([f.verify for f in fits])
+        needs an observation. Fits are cached per (B, K) until K has `refit_every` new observations, or any new one
+        after `refit_every` observations of all K (a fit is ~0.05 ms of numpy; costs drift slowly)."""
+        fits = tuple(self._fit_one(num_slots, k) for k in range(k_max + 1))
+        if self._predicted is None or self._predicted[0] != fits:  # the same fits as last time: the same arrays
+            self._predicted = (fits, (np.array([f.seconds for f in fits]), np.array([f.verify for f in fits])))
+        return self._predicted[1]
 
     def predict_relative(self, num_slots: int, k_max: int) -> np.ndarray:
         """[k_max + 1] T at batch size num_slots under today's load: T(B, 0) as measured, and for K >= 1 T(B, 0)
@@ -81,8 +86,8 @@ class StepCostModel:
         of K knew that cost)."""
         fits = [self._fit_one(num_slots, k) for k in range(k_max + 1)]
         t0 = fits[0].seconds
-        ratios = [f.ratio if np.isfinite(f.ratio) else f.seconds / t0 for f in fits[1:]]
-        return t0 * np.array([1.0, *ratios])
+        ratios = [self._ratio_one(num_slots, k) for k in range(1, k_max + 1)]
+        return t0 * np.array([1.0, *(r if np.isfinite(r) else f.seconds / t0 for r, f in zip(ratios, fits[1:]))])
 
     def _k0_now(self, num_slots: int) -> float:
         """T(B, 0) as the model predicts it now, nan when K = 0 has no observation near num_slots."""
@@ -99,42 +104,59 @@ class StepCostModel:
         return np.array([self._fit_one(num_slots, k).support for k in range(k_max + 1)])
 
     def _fit_one(self, num_slots: int, k: int) -> _Fit:
-        if self._unfitted >= self.refit_every:
-            self._cached.clear()
-            self._unfitted = 0
+        # K's fits are stale once K has refit_every new observations, or any new one after refit_every observations
+        # of all K: a K seen every step is refitted every refit_every steps, one seen in explorations when it was
+        # (each K's own clock: refitting every K on one clock cost ~0.06 ms a step, a few % of a small step).
+        fresh = self._unfitted.get(k, 0)
+        if fresh >= self.refit_every or (fresh and self._since_any.get(k, 0) >= self.refit_every):
+            for key in [key for key in self._cached if key[1] == k]:
+                del self._cached[key]
+            self._unfitted[k] = 0
+            self._since_any[k] = 0
+        self._since_any.setdefault(k, 0)
         key = (num_slots, k)
         if key not in self._cached:
             self._cached[key] = self._local_fit(np.array(self.samples[k], dtype=np.float64), num_slots)
         return self._cached[key]
 
+    def _ratio_one(self, num_slots: int, k: int) -> float:
+        """K's fitted T / T(B, 0) at num_slots over the rows that knew T(B, 0) (nan: none did); cached with K's fits
+        (only draft-less admission asks for it)."""
+        self._fit_one(num_slots, k)  # drops K's stale entries
+        key = (num_slots, k, "ratio")
+        if key not in self._cached:
+            rows = np.array(self.samples[k], dtype=np.float64)
+            rows = rows[np.isfinite(rows[:, 3])]
+            self._cached[key] = (float(self._robust_intercepts(rows[:, 0], (rows[:, 1] / rows[:, 3])[None], num_slots)[0])
+                                 if len(rows) else float("nan"))
+        return self._cached[key]
+
     def _local_fit(self, rows: np.ndarray, num_slots: int) -> _Fit:
-        """One K's fits at num_slots from its rows [(B, T, V, T(B, 0) then)]: weighted least squares of
-        y = a + b ln(B_i / B) for y = T, V and, over the rows that know it, T / T(B, 0)."""
-        u = np.log(rows[:, 0] / num_slots)
-        near = np.exp(-0.5 * (u / self.bandwidth) ** 2)
-        weight = near + 1e-6  # far rows still count a little (a level)
-        x = np.stack([np.ones_like(u), u], axis=1)
-        t, v = (float(self._robust_fit(x, y, weight)[0]) for y in (rows[:, 1], rows[:, 2]))
-        known = np.isfinite(rows[:, 3])
-        ratio = (float(self._robust_fit(x[known], rows[known, 1] / rows[known, 3], weight[known])[0]) if known.any()
-                 else float("nan"))
-        return _Fit(seconds=max(t, 1e-6), verify=max(v, 0.0), ratio=ratio, support=float(near.sum()))
+        """One K's fits at num_slots from its rows [(B, T, V, T(B, 0) then)]: robust weighted least squares of
+        y = a + b ln(B_i / B) for y = T and V."""
+        t, v = self._robust_intercepts(rows[:, 0], rows[:, 1:3].T, num_slots)
+        near = np.exp(-0.5 * (np.log(rows[:, 0] / num_slots) / self.bandwidth) ** 2)
+        return _Fit(seconds=max(float(t), 1e-6), verify=max(float(v), 0.0), support=float(near.sum()))
 
-    def _robust_fit(self, x: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
-        """Outliers are judged against the weighted median (a least-squares start would be pulled by them): rows
-        whose distance from it exceeds `outlier` x the median distance are dropped, then least squares."""
-        order = np.argsort(y)
-        cumulative = np.cumsum(weight[order])
-        center = y[order][np.searchsorted(cumulative, 0.5 * cumulative[-1])]
-        residual = np.abs(y - center)
+    def _robust_intercepts(self, batch: np.ndarray, ys: np.ndarray, num_slots: int) -> np.ndarray:
+        """[Y] the fitted a of y = a + b ln(B_i / B) for each row of ys [Y, n], rows weighted by their batch size's
+        nearness exp(-ln(B_i / B)^2 / (2 bandwidth^2)) (+ 1e-6: far rows still count a little, a level).
+        Outliers are judged against the weighted median (a least-squares start would be pulled by them): rows whose
+        distance from it exceeds `outlier` x the median distance are dropped. Least squares by the normal equations
+        with a small ridge on the slope (rows at one batch size leave it undetermined: the fit is then their
+        weighted mean), solved in closed form (2 x 2); all y at once (a fit is a few numpy calls, not ~0.1 ms)."""
+        u = np.log(batch / num_slots)  # [n]
+        weight = np.exp(-0.5 * (u / self.bandwidth) ** 2) + 1e-6  # [n]
+        order = np.argsort(ys, axis=1)  # [Y, n]
+        cumulative = np.cumsum(weight[order], axis=1)
+        half = (cumulative < 0.5 * cumulative[:, -1:]).sum(axis=1, keepdims=True)  # first index with cum >= half
+        center = np.take_along_axis(ys, np.take_along_axis(order, half, axis=1), axis=1)  # [Y, 1]
+        residual = np.abs(ys - center)
         # a distance within 2% of a typical step is never an outlier (exact data differs by rounding only)
-        keep = residual <= max(self.outlier * float(np.median(residual)), 0.02 * center)
-        return _weighted_lstsq(x[keep], y[keep], weight[keep])
-
-
-def _weighted_lstsq(x: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
-    """Weighted least squares by the normal equations with a small ridge on the slope (rows at one batch size
-    leave it undetermined: the fit is then their weighted mean)."""
-    gram = (x * weight[:, None]).T @ x
-    ridge = np.diag([0.0] + [1e-6 * (gram[0, 0] + 1e-12)] * (x.shape[1] - 1))
-    return np.linalg.solve(gram + ridge + 1e-12 * np.eye(x.shape[1]), (x * weight[:, None]).T @ y)
+        bound = np.maximum(self.outlier * np.median(residual, axis=1, keepdims=True), 0.02 * center)
+        w = weight * (residual <= bound)  # [Y, n]
+        s0, s1, s2 = w.sum(axis=1), w @ u, w @ (u * u)
+        sy, suy = (w * ys).sum(axis=1), (w * ys) @ u
+        g00 = s0 + 1e-12
+        g11 = s2 + 1e-6 * (s0 + 1e-12) + 1e-12
+        return (g11 * sy - s1 * suy) / (g00 * g11 - s1 * s1)
