@@ -9,6 +9,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -39,21 +40,39 @@ def _arch() -> str:
     return f"sm_{major}{minor}"
 
 
+def _gencode(arch: str) -> str:
+    """nvcc's target for the GPU: sm_90 builds for sm_90a, the arch-specific target that has wgmma (the bf16
+    linear's Hopper tiles); other GPUs get their own target."""
+    num = arch.removeprefix("sm_")
+    num = "90a" if num == "90" else num
+    return f"-gencode=arch=compute_{num},code=sm_{num}"
+
+
 @functools.cache
 def kernels_lib() -> ctypes.CDLL:
-    """Compiles all kernels into one .so (cached by a digest of the sources) and loads it."""
+    """Compiles all kernels into one .so (cached by a digest of the sources and flags) and loads it. Each
+    source compiles on its own, in parallel; the objects are then linked."""
     sources = sorted(KERNELS_DIR.glob("*.cu"))
-    digest = hashlib.sha256()
+    flags = ["-O3", "-std=c++17", "-Xcompiler", "-fPIC", _gencode(_arch()), "-lineinfo"]
+    digest = hashlib.sha256(" ".join(flags).encode())
     for p in sorted(KERNELS_DIR.iterdir()):
         if p.is_file():
             digest.update(p.name.encode() + p.read_bytes())
-    arch = _arch()
-    lib = BUILD_DIR / f"libspecworker_kernels_{arch}_{digest.hexdigest()[:16]}.so"
+    lib = BUILD_DIR / f"libspecworker_kernels_{_arch()}_{digest.hexdigest()[:16]}.so"
     if not lib.exists():
-        BUILD_DIR.mkdir(parents=True, exist_ok=True)
-        cmd = ["nvcc", "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", f"-arch={arch}",
-               "-lineinfo", "-o", str(lib), *map(str, sources)]
-        subprocess.run(cmd, check=True)
+        objs = BUILD_DIR / f"obj_{digest.hexdigest()[:16]}"
+        objs.mkdir(parents=True, exist_ok=True)
+
+        def compile_one(src: Path) -> Path:
+            obj = objs / f"{src.stem}.o"
+            subprocess.run(["nvcc", *flags, "-c", "-o", str(obj), str(src)], check=True)
+            return obj
+
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            built = list(pool.map(compile_one, sources))
+        tmp = lib.with_suffix(f".{os.getpid()}.tmp")
+        subprocess.run(["nvcc", "-shared", "-o", str(tmp), *map(str, built)], check=True)
+        tmp.replace(lib)  # atomic: a concurrent loader never sees a half-written library
     return ctypes.CDLL(str(lib))
 
 

@@ -1,9 +1,11 @@
 """batch_invariant_linear_bf16's standalone CUDA kernel (CuPy + ctypes, no Paddle): batch invariance
 as exact bit equality (a row alone vs the same row at tile edges of batches of 1 .. 4096 rows, every
-tile shape forced through the tile launcher, the cp.async vs the element-load path), values against
-the float64 reference on the bfloat16 inputs within the bound of docs/spec.md §4.8
-(ref_batch_invariant_linear_bf16_error_bound), the edge sizes and the launcher's argument checks.
-The output starts as a NaN poison pattern, so an output the kernel forgets to write fails.
+tile shape of an instruction family and both split modes forced through the tile launcher, the cp.async
+vs the element-load path), the k-chunk arithmetic of docs/spec.md §4.8 bit for bit (a split output equals
+the float32 sum, in chunk order, of the chunks run alone), values against the float64 reference on the
+bfloat16 inputs within the bound of §4.8 (ref_batch_invariant_linear_bf16_error_bound), the edge sizes and
+the launcher's argument checks. The output starts as a NaN poison pattern, so an output the kernel forgets
+to write fails.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ import pytest
 
 from tests.gpu.harness import launcher, ptr, raw_launcher, require_gpu, stream
 from reference.batch_invariant_linear_bf16 import (
-    bf16_bits, bf16_from_bits, ref_batch_invariant_linear_bf16, ref_batch_invariant_linear_bf16_error_bound,
-    ref_bf16_round,
+    bf16_bits, bf16_from_bits, ref_batch_invariant_linear_bf16, ref_batch_invariant_linear_bf16_chunks,
+    ref_batch_invariant_linear_bf16_error_bound, ref_bf16_round,
 )
 
 cp = require_gpu()
@@ -22,19 +24,26 @@ cp = require_gpu()
 NAME = "specworker_batch_invariant_linear_bf16_launch"
 OUT_FLOAT32, OUT_BFLOAT16 = 0, 2
 CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_NOT_SUPPORTED = 801
 POISON_BYTE = 0xFF  # NaN in float32 and bfloat16
 TILE_NAME = "specworker_batch_invariant_linear_bf16_tile_launch"
-NUM_TILES = 9  # tile ids 0 .. 8 of the kernel file
+MMA_TILES = range(0, 10)  # mma.sync tiles (sm_80 and later)
+WGMMA_TILES = range(10, 14)  # wgmma tiles (sm_90a builds on sm_90 GPUs; else cudaErrorNotSupported)
+NUM_TILES = 14
+SPLIT_PICK, SPLIT_ONE_BLOCK, SPLIT_CLUSTER = -1, 0, 1
 launch = launcher(NAME)
 tile_launch = launcher(TILE_NAME)
+raw_tile_launch = raw_launcher(TILE_NAME)
 
 # The launcher's tiles (PickTile in the kernel file): 16-row tiles up to M = 16, beyond that 16- to
 # 128-row tiles chosen with N; the awkward sizes straddle every row-tile edge (16, 32, 64, 128).
 AWKWARD_M = [1, 2, 3, 15, 16, 17, 63, 64, 65, 127, 257, 1000, 4096]
 # (K, N): SmolLM2-135M's q / k / down projections; K = 40 < one 64-wide k tile and 2.5 MMA k steps;
 # N = 200 not a multiple of the 32 / 64 / 128 column tiles; (100, 259) neither multiple of 8 (the
-# element-load path); 1000 spans many k tiles of both widths.
-SHAPES_KN = [(576, 576), (576, 192), (1536, 576), (40, 200), (100, 259), (1000, 1000)]
+# element-load path); 1000 spans many k tiles of both widths. Split K (ref_batch_invariant_linear_bf16_chunks):
+# (4096, 64) four chunks of 1024; (2100, 40) two, the second 948 long (not a multiple of 16 or 8: zero fill
+# inside the last chunk, element loads).
+SHAPES_KN = [(576, 576), (576, 192), (1536, 576), (40, 200), (100, 259), (1000, 1000), (4096, 64), (2100, 40)]
 
 
 def bf16_inputs(rng, M: int, K: int, N: int, with_bias: bool):
@@ -101,11 +110,11 @@ def test_bf16_kernel_row_bits_at_tile_edges_independent_of_batch(K, N, out_dtype
         assert_same_bits(out[spots], alone[which], f"K={K} N={N} M={M}: query rows at {spots} vs alone")
 
 
-@pytest.mark.parametrize("K,N", [(576, 3072), (4096, 4096), (100, 259)], ids=lambda v: str(v))
+@pytest.mark.parametrize("K,N", [(576, 3072), (4096, 4096), (100, 259), (14336, 256)], ids=lambda v: str(v))
 def test_batch_invariant_linear_bf16_prefix_rows_same_bits_across_tile_shapes(K, N):
     """Every row, not only chosen ones: the first m rows of a 4096-row batch equal the same rows run
-    as a batch of m, for m across the launcher's tile choices (576 x 3072: tiles 2, 4, 5, 6;
-    4096 x 4096: tiles 1, 2, 3, 4, 5, 6; 100 x 259, the element-load path: tiles 2, 4)."""
+    as a batch of m, for m across the launcher's tile and split-mode choices (4096 x 4096 and 14336 x 256
+    split K in 4 chunks, one block or a cluster depending on M; 100 x 259 takes element loads)."""
     rng = np.random.default_rng([K, N, 7])
     x, w, b = bf16_inputs(rng, 4096, K, N, True)
     full = run_kernel(x, w, b)
@@ -113,31 +122,126 @@ def test_batch_invariant_linear_bf16_prefix_rows_same_bits_across_tile_shapes(K,
         assert_same_bits(run_kernel(x[:m], w, b), full[:m], f"K={K} N={N}: rows 0..{m - 1} at M={m} vs M=4096")
 
 
+def run_tile(d_x, d_w, d_b, M, K, N, out_dtype, tile, split_mode):
+    """out of one forced tile and split mode as float32 numpy, or None when this build / GPU lacks the tile."""
+    d_out = cp.empty((M, N), dtype=cp.float32 if out_dtype == OUT_FLOAT32 else cp.uint16)
+    d_out.view(cp.uint8).fill(POISON_BYTE)
+    rc = raw_tile_launch(ptr(d_x), ptr(d_w), ptr(d_b), ptr(d_out), M, K, N, out_dtype, tile, split_mode, stream())
+    if rc == CUDA_ERROR_NOT_SUPPORTED and tile in WGMMA_TILES:
+        return None
+    if rc == CUDA_ERROR_INVALID_VALUE and split_mode == SPLIT_ONE_BLOCK and tile in WGMMA_TILES:
+        return None  # the 128 x 256 wgmma tile has no one-block split (documented)
+    assert rc == 0, f"tile {tile} split_mode {split_mode}: cudaError {rc}"
+    cp.cuda.get_current_stream().synchronize()
+    out = cp.asnumpy(d_out)
+    return out if out_dtype == OUT_FLOAT32 else bf16_from_bits(out)
+
+
 @pytest.mark.parametrize("out_dtype", [OUT_FLOAT32, OUT_BFLOAT16], ids=["out_f32", "out_bf16"])
-@pytest.mark.parametrize("M,K,N", [(1, 576, 192), (40, 1000, 1000), (300, 576, 576), (129, 100, 259), (17, 40, 200)],
+@pytest.mark.parametrize("M,K,N", [(1, 576, 192), (40, 1000, 1000), (300, 576, 576), (129, 100, 259), (17, 40, 200),
+                                   (70, 4096, 64), (130, 2100, 40), (3, 3000, 259)],
                          ids=lambda v: str(v))
 def test_batch_invariant_linear_bf16_every_tile_gives_the_same_bits(M, K, N, out_dtype):
-    """The launcher picks the tile shape from M, K and N; the contract is that no tile changes an
-    output's arithmetic. Forcing each of the NUM_TILES shapes on the same inputs must give identical bits."""
+    """The launcher picks the tile shape from M, K and N, and how a split K is summed (one block, or a
+    cluster); the contract is that neither changes an output's arithmetic. Forcing each tile of an
+    instruction family (mma.sync 0 .. 9; wgmma 10 .. 13 where built) in each split mode on the same inputs
+    must give identical bits. The last three shapes split K (2, 4 chunks; (3000, 259) on element loads)."""
     x, w, b = bf16_inputs(np.random.default_rng([M, K, N]), M, K, N, True)
     d_x, d_w, d_b = to_device(x), to_device(w), to_device(b)
-    outs = []
-    for tile in range(NUM_TILES):
-        d_out = cp.empty((M, N), dtype=cp.float32 if out_dtype == OUT_FLOAT32 else cp.uint16)
-        d_out.view(cp.uint8).fill(POISON_BYTE)
-        tile_launch(ptr(d_x), ptr(d_w), ptr(d_b), ptr(d_out), M, K, N, out_dtype, tile, stream())
-        out = cp.asnumpy(d_out)
-        outs.append(out if out_dtype == OUT_FLOAT32 else bf16_from_bits(out))
-    assert_within_bound(outs[0], x, w, b, out_dtype, f"tile 0, M={M} K={K} N={N}")
-    for tile in range(1, NUM_TILES):
-        assert_same_bits(outs[tile], outs[0], f"tile {tile} vs tile 0, M={M} K={K} N={N}")
+    split = len(ref_batch_invariant_linear_bf16_chunks(K, N)) > 1
+    modes = (SPLIT_ONE_BLOCK, SPLIT_CLUSTER) if split else (SPLIT_PICK,)
+    for family in (MMA_TILES, WGMMA_TILES):
+        first = None
+        for tile in family:
+            for mode in modes:
+                out = run_tile(d_x, d_w, d_b, M, K, N, out_dtype, tile, mode)
+                if out is None:
+                    continue
+                what = f"tile {tile} split_mode {mode}, M={M} K={K} N={N}"
+                if first is None:
+                    assert_within_bound(out, x, w, b, out_dtype, what)
+                    first = (out, what)
+                else:
+                    assert_same_bits(out, first[0], f"{what} vs {first[1]}")
 
 
-@pytest.mark.parametrize("tile", [-2, NUM_TILES, 100])
-def test_batch_invariant_linear_bf16_tile_launch_rejects_unknown_tile(tile):
+def wide_range_bf16_inputs(rng, M: int, K: int, N: int):
+    """bfloat16 x, weight and bias whose values stress the tensor cores' internal alignment and rounding: each
+    element N(0, 1) times 2^e with e uniform in [-60, 30] (products from about 2^-120, float32 subnormal, to 2^60),
+    10% exact zeros with random signs, and row 1 of x the negation of row 0 (outputs that cancel exactly)."""
+    def spread(shape):
+        a = rng.standard_normal(shape) * np.exp2(rng.integers(-60, 31, size=shape))
+        a[rng.random(shape) < 0.1] = 0.0
+        a = np.where(rng.random(shape) < 0.5, a, -a)
+        return ref_bf16_round(a.astype(np.float32))
+    x, w, b = spread((M, K)), spread((K, N)), spread((N,))
+    if M > 1:
+        x[1] = -x[0]
+    return x, w, b
+
+
+@pytest.mark.parametrize("M,K,N", [(20, 512, 64), (5, 4096, 64), (3, 100, 259)], ids=lambda v: str(v))
+def test_batch_invariant_linear_bf16_instruction_families_agree_on_wide_range_inputs(M, K, N):
+    """On an sm_90a build the launcher computes M <= 16 with mma.sync tiles and larger M with wgmma tiles
+    (docs/spec.md §4.8), so batch invariance rests on the two instructions giving the same bits per k step.
+    Every tile of both families, both split modes, on inputs built to expose any difference in alignment,
+    truncation, subnormals, signed zeros or cancellation (wide_range_bf16_inputs), must agree bit for bit."""
+    x, w, b = wide_range_bf16_inputs(np.random.default_rng([M, K, N, 11]), M, K, N)
+    d_x, d_w, d_b = to_device(x), to_device(w), to_device(b)
+    split = len(ref_batch_invariant_linear_bf16_chunks(K, N)) > 1
+    modes = (SPLIT_ONE_BLOCK, SPLIT_CLUSTER) if split else (SPLIT_PICK,)
+    first, wgmma_seen = None, False
+    for tile in list(MMA_TILES) + list(WGMMA_TILES):
+        for mode in modes:
+            out = run_tile(d_x, d_w, d_b, M, K, N, OUT_FLOAT32, tile, mode)
+            if out is None:
+                continue
+            wgmma_seen |= tile in WGMMA_TILES
+            what = f"tile {tile} split_mode {mode}, M={M} K={K} N={N}"
+            if first is None:
+                assert not np.isnan(out).any(), f"{what}: NaN from finite inputs"
+                first = (out, what)
+            else:
+                assert_same_bits(out, first[0], f"{what} vs {first[1]}")
+    if not wgmma_seen:
+        pytest.skip("no wgmma tiles in this build / on this GPU: one instruction family only")
+
+
+@pytest.mark.parametrize("M,K,N", [(1, 4096, 64), (37, 2100, 40), (300, 3000, 259), (65, 4096, 520)],
+                         ids=lambda v: str(v))
+def test_batch_invariant_linear_bf16_split_k_is_the_ordered_sum_of_its_chunks(M, K, N):
+    """docs/spec.md §4.8: with S > 1 chunks, out = fl32(fl32(p0 + p1) + ...) + bias, where p_c is chunk c's
+    own MMA chain from +0. Each chunk run alone (its K slice is shorter than a split needs, so the kernel
+    runs it as one chain) gives p_c; summing them in float32 in chunk order must give the split result bit
+    for bit. With 4 chunks, summing in reverse must not (so the test can tell the order; with 2 the two
+    orders are the same IEEE sum)."""
+    chunks = ref_batch_invariant_linear_bf16_chunks(K, N)
+    assert len(chunks) > 1, f"({K}, {N}) must split for this test to mean anything"
+    x, w, b = bf16_inputs(np.random.default_rng([M, K, N, 5]), M, K, N, True)
+    parts = []
+    for a, e in chunks:
+        assert len(ref_batch_invariant_linear_bf16_chunks(e - a, N)) == 1
+        parts.append(run_kernel(np.ascontiguousarray(x[:, a:e]), np.ascontiguousarray(w[a:e]), None))
+    total = parts[0]
+    for p in parts[1:]:
+        total = total + p  # float32 + float32 -> float32, one rounding
+    want = total + b[None, :]
+    assert_same_bits(run_kernel(x, w, b), want, f"M={M} K={K} N={N}: split output vs the chunks summed in order")
+    if len(parts) < 3:
+        return
+    backwards = parts[-1]
+    for p in parts[-2::-1]:
+        backwards = backwards + p
+    assert (backwards + b[None, :]).view(np.uint32).tolist() != want.view(np.uint32).tolist(), \
+        "summing the chunks in reverse gave the same bits everywhere: the order check would prove nothing"
+
+
+@pytest.mark.parametrize("tile,split_mode", [(-2, -1), (NUM_TILES, -1), (100, -1), (0, -2), (0, 2)])
+def test_batch_invariant_linear_bf16_tile_launch_rejects_unknown_tile_or_split_mode(tile, split_mode):
     d = cp.zeros(64, cp.float32)
-    rc = raw_launcher(TILE_NAME)(ptr(d), ptr(d), None, ptr(d), 2, 8, 8, OUT_FLOAT32, tile, stream())
-    assert rc == CUDA_ERROR_INVALID_VALUE, f"tile {tile}: expected cudaErrorInvalidValue, got {rc}"
+    rc = raw_tile_launch(ptr(d), ptr(d), None, ptr(d), 2, 8, 8, OUT_FLOAT32, tile, split_mode, stream())
+    assert rc == CUDA_ERROR_INVALID_VALUE, \
+        f"tile {tile} split_mode {split_mode}: expected cudaErrorInvalidValue, got {rc}"
 
 
 @pytest.mark.parametrize("out_dtype", [OUT_FLOAT32, OUT_BFLOAT16], ids=["out_f32", "out_bf16"])

@@ -14,9 +14,11 @@ enum {
 };
 
 // out = x @ weight (+ bias) on bfloat16 tensor cores, float32 accumulation (docs/spec.md §4.8):
-//   acc = +0.0f; for k0 = 0, 16, 32, ... < K: acc = mma_m16n8k16(x[r, k0 : k0 + 16], weight[k0 : k0 + 16, n], acc)
-//   (columns past K count as zeros); out[r, n] = bias ? fl32(acc + bias[n]) : acc, then rounded to
-//   out_dtype (bfloat16: to nearest even).
+//   K is cut into S chunks of fixed length (S = 1, 2 or 4, from K and N only); per chunk c:
+//     p_c = +0.0f; for each 16-wide k step of the chunk, in increasing k:
+//       p_c = mma_k16(x[r, k step], weight[k step, n], p_c)
+//   (columns past K count as zeros); acc = p_0, then acc = fl32(acc + p_c) for c = 1 .. S - 1;
+//   out[r, n] = bias ? fl32(acc + bias[n]) : acc, then rounded to out_dtype (bfloat16: to nearest even).
 //   x [M, K], weight [K, N] (in_features x out_features, row-major), bias [N] or NULL: bfloat16;
 //   out [M, N] float32 or bfloat16; all on the device, row-major, densely packed.
 // M, K, N >= 0 with any values (a fast path needs K % 8 == 0, N % 8 == 0 and 16-byte aligned x and
@@ -28,12 +30,16 @@ int specworker_batch_invariant_linear_bf16_launch(const __nv_bfloat16* x, const 
                                                   const __nv_bfloat16* bias, void* out, int M, int K,
                                                   int N, int out_dtype, cudaStream_t stream);
 
-// The same with the tile shape forced: tile = -1 picks it from M, K and N as the launcher above does,
-// 0 .. 8 names one (kernel file). Every tile gives the same bits; this exists so tests can check that
-// and benchmarks can tune the choice. cudaErrorInvalidValue for a tile outside [-1, 8].
+// The same with the tile shape and split mode forced (tests and tuning). tile = -1 picks it as the launcher
+// above does; 0 .. 9 name the mma.sync tiles, 10 .. 13 the wgmma tiles (sm_90a builds on sm_90 GPUs only, else
+// cudaErrorNotSupported). split_mode (when S > 1): -1 picks, 0 one block walks all chunks of its output tile,
+// 1 the S chunks go to the S blocks of a cluster (sm_90 and later, else cudaErrorNotSupported; tile 13 has no
+// mode 0: cudaErrorInvalidValue). Every tile and both modes give the same bits (docs/spec.md §4.8).
+// cudaErrorInvalidValue for a tile outside [-1, 13] or a split_mode outside [-1, 1].
 int specworker_batch_invariant_linear_bf16_tile_launch(const __nv_bfloat16* x, const __nv_bfloat16* weight,
                                                        const __nv_bfloat16* bias, void* out, int M, int K,
-                                                       int N, int out_dtype, int tile, cudaStream_t stream);
+                                                       int N, int out_dtype, int tile, int split_mode,
+                                                       cudaStream_t stream);
 
 #ifdef __cplusplus
 }

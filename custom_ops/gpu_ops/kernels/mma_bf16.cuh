@@ -22,11 +22,18 @@ __device__ __forceinline__ uint32_t SharedAddr(const void* p) {
 }
 #endif
 
-// 16 bytes global -> shared; valid == false writes 16 zero bytes and reads nothing.
+// 16 bytes global -> shared; valid == false writes 16 zero bytes and reads nothing. kL1: cached in L1 on the way
+// (cp.async.ca, for data that several blocks of an SM read), else L2 only (cp.async.cg).
+template <bool kL1 = false>
 __device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid) {
 #if SPECWORKER_BF16_MMA
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SharedAddr(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
+  if constexpr (kL1) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(SharedAddr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+  } else {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SharedAddr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+  }
 #else
   __trap();
 #endif
