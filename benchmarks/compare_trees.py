@@ -14,19 +14,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import tempfile
 from pathlib import Path
 
 
-def run_once(tree: Path, config: str, prompts: str, max_tokens: int) -> dict:
+def run_once(tree: Path, config: str, prompts: str, max_tokens: int, env: dict[str, str] | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run.json"
         cmd = [str(tree / ".venv" / "bin" / "python"), "-m", "specworker", "run", "--config", config,
                "--prompts", str(Path(prompts).resolve()), "--max-tokens", str(max_tokens), "--ignore-eos",
                "--json", str(out)]
-        proc = subprocess.run(cmd, cwd=tree, capture_output=True, text=True)
+        proc = subprocess.run(cmd, cwd=tree, capture_output=True, text=True,
+                              env=None if not env else {**os.environ, **env})
         if proc.returncode != 0:
             raise SystemExit(f"{tree}: {' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
         metrics = json.loads(out.read_text())["metrics"]
@@ -46,9 +48,16 @@ def main():
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--before-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="environment of the before runs (e.g. --before . --after . --before-env "
+                             "SPECWORKER_CPU_LINEAR_DIRECT=0: one tree, a switch off vs on)")
     args = parser.parse_args()
+    bad = [e for e in args.before_env if "=" not in e or not e.split("=", 1)[0]]
+    if bad:
+        parser.error(f"--before-env {bad[0]!r}: expected KEY=VALUE")
+    before_env = dict(e.split("=", 1) for e in args.before_env)
     result = {"config": args.config, "after_config": args.after_config or args.config, "max_tokens": args.max_tokens,
-              "runs": {}}
+              "before": str(args.before), "after": str(args.after), "before_env": before_env, "runs": {}}
     print("| prompts | before tok/s | after tok/s | after / before (min-max) | before ms/step | after ms/step |")
     print("|---|--:|--:|--:|--:|--:|")
     for prompts in args.prompts.split(","):
@@ -56,7 +65,8 @@ def main():
         for _ in range(args.repeats):
             for name in ("before", "after"):
                 config = args.after_config if name == "after" and args.after_config else args.config
-                runs[name].append(run_once(getattr(args, name), config, prompts, args.max_tokens))
+                runs[name].append(run_once(getattr(args, name), config, prompts, args.max_tokens,
+                                           before_env if name == "before" else None))
         med = {name: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for name, rs in runs.items()}
         result["runs"][prompts] = {"all": runs, "median": med}
         b, a = med["before"], med["after"]

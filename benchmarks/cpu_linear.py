@@ -6,10 +6,13 @@ Shapes (K, N), SmolLM2's: gate|up (576, 3072), a 1728-wide projection (576, 1728
 o_proj (576, 576), down (1536, 576) and the lm_head (576, 49152), each at M = 1, 4, 16, 64 rows.
 Variants, measured side by side (round-robin over --rounds rounds, more when a round has fewer than 60
 calls; each figure is the fast decile of the per-call times, the median is in the JSON):
-  ours        the model's path: float32 panels from ops.pack_linear_weight, the op's thread pool
+  ours        the model's path: float32 panels from ops.pack_linear_weight, the op's thread pool (since the
+              direct CPU path, ops/_cpu_linear.py: the kernel through ctypes into a paddle.empty output, no
+              custom-op dispatch; SPECWORKER_CPU_LINEAR_DIRECT=0 measures the dispatched op)
   ours_bf16   bfloat16 panels (half the bytes; other values than float32, so a separate contract check)
   ours_plain  the [K, N] weight (the op's plain API)
   kernel      the panel kernel called through ctypes, no Paddle dispatch (what the kernel alone costs)
+  op          the registered custom op on the same panels, through Paddle's dispatch (the path before the direct one)
   paddle_1t / paddle_2t  paddle.matmul (not batch invariant) with Paddle's CPU math at 1 / 2 threads
 Every call reads its weight from DRAM as in a model step: each variant cycles through copies of the
 weight that together exceed the last-level cache several times (--target-mib). The roofline of a
@@ -22,7 +25,6 @@ each one, the best of those measurements counting (the compute peak at least thr
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import math
 import platform
@@ -35,23 +37,14 @@ import paddle
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import cpu_roofline  # noqa: E402
-from specworker.model_executor import op_build, ops  # noqa: E402
+from specworker.model_executor import ops  # noqa: E402
+from specworker.model_executor.ops._cpu_linear import PANELS_F32, kernel_library  # noqa: E402
+from specworker.model_executor.ops._extension import _run  # noqa: E402
 from reference.batch_invariant_linear import ref_batch_invariant_linear_fp32_order  # noqa: E402
 
 SHAPES = [(576, 1728), (576, 576), (576, 3072), (1536, 576), (576, 49152)]
 ROWS = [1, 4, 16, 64]
 MIN_SAMPLES = 60  # calls per variant at least (the lm_head has only 3 weight copies per round)
-PANELS_F32 = 1
-
-
-def kernel_library() -> ctypes.CDLL:
-    ops.load_ops()
-    lib = ctypes.CDLL(str(op_build.LIBRARY))
-    f = lib.specworker_batch_invariant_linear_cpu
-    f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                  ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
-    lib.specworker_linear_cpu_isa.restype = ctypes.c_char_p
-    return lib
 
 
 def check_bits(x_np, w_np) -> None:
@@ -108,6 +101,7 @@ def add_rooflines(row: dict, limits: dict, threads: int) -> None:
     row.update({
         "roofline_us": {k: max(v, t_cmp) * 1e6 for k, v in t_mem.items()},
         "mem_roofline": {"ours": t_mem["f32"] / t["ours"], "kernel": t_mem["f32"] / t["kernel"],
+                         "op": t_mem["f32"] / t["op"],
                          "ours_bf16": t_mem["bf16"] / t["ours_bf16"]},
         "roofline": {"ours": max(t_mem["f32"], t_cmp) / t["ours"], "ours_bf16": max(t_mem["bf16"], t_cmp) / t["ours_bf16"]},
         "speed_vs_paddle": {"ours": paddle_best / t["ours"], "ours_bf16": paddle_best / t["ours_bf16"]},
@@ -136,6 +130,7 @@ def bench_shape(lib, K: int, N: int, args, rng) -> list[dict]:
             "ours_bf16": (lambda w, x=x: ops.batch_invariant_linear(x, w), bf16),
             "ours_plain": (lambda w, x=x: ops.batch_invariant_linear(x, w), plain),
             "kernel": (kernel, panels),
+            "op": (lambda w, x=x: _run("batch_invariant_linear", x, w), panels),
             "paddle_1t": (paddle_matmul(x, 1), plain),
             "paddle_2t": (paddle_matmul(x, args.threads), plain),
         }
@@ -150,14 +145,16 @@ def bench_shape(lib, K: int, N: int, args, rng) -> list[dict]:
 
 
 def markdown_table(result: dict) -> str:
-    lines = ["| K x N | M | ours us | bf16 us | [K, N] us | paddle.matmul us (1 / 2 threads) | roofline us "
-             "| ours / roofline | ours / mem. roofline | bf16 / mem. roofline | ours vs paddle |",
-             "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    lines = ["| K x N | M | ours us | op (dispatched) us | bf16 us | [K, N] us | paddle.matmul us (1 / 2 threads) "
+             "| roofline us | ours / roofline | ours / mem. roofline | op / mem. roofline | bf16 / mem. roofline "
+             "| ours vs paddle |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for r in result["shapes"]:
         u = r["us"]
-        lines.append(f"| {r['K']} x {r['N']} | {r['M']} | {u['ours']:.0f} | {u['ours_bf16']:.0f} | {u['ours_plain']:.0f} "
-                     f"| {u['paddle_1t']:.0f} / {u['paddle_2t']:.0f} | {r['roofline_us']['f32']:.0f} "
-                     f"| {r['roofline']['ours']:.2f} | {r['mem_roofline']['ours']:.2f} | {r['mem_roofline']['ours_bf16']:.2f} "
+        lines.append(f"| {r['K']} x {r['N']} | {r['M']} | {u['ours']:.0f} | {u['op']:.0f} | {u['ours_bf16']:.0f} "
+                     f"| {u['ours_plain']:.0f} | {u['paddle_1t']:.0f} / {u['paddle_2t']:.0f} | {r['roofline_us']['f32']:.0f} "
+                     f"| {r['roofline']['ours']:.2f} | {r['mem_roofline']['ours']:.2f} | {r['mem_roofline']['op']:.2f} "
+                     f"| {r['mem_roofline']['ours_bf16']:.2f} "
                      f"| {r['speed_vs_paddle']['ours']:.2f}x |")
     return "\n".join(lines)
 

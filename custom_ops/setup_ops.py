@@ -46,7 +46,11 @@ def build(force: bool = False) -> None:
     include = [str(op_build.OPS_ROOT / "include"), str(op_build.OPS_ROOT / "gpu_ops")]
     cxx = ["-O3", "-std=c++17"]
     if with_cuda:
-        nvcc = ["-O3", "-std=c++17", f"-D{op_build.CUDA_DEFINE}"]
+        try:
+            gencode = op_build.cuda_gencode_flags()
+        except ValueError as err:
+            raise SystemExit(f"ops: {err}") from None
+        nvcc = ["-O3", "-std=c++17", f"-D{op_build.CUDA_DEFINE}", *gencode]
         ext = CUDAExtension(sources=sources, include_dirs=include,
                             extra_compile_args={"cxx": cxx + [f"-D{op_build.CUDA_DEFINE}"], "nvcc": nvcc})
     else:

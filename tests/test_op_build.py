@@ -105,7 +105,8 @@ def test_missing_build_is_refused(monkeypatch, tmp_path):
 
 
 def test_only_the_extension_module_touches_the_compiled_library():
-    """The library is loaded and run in exactly one module; everything else goes through wrappers."""
+    """The library is registered and its ops run in exactly one module (and its linear kernel called directly in
+    one more, ops/_cpu_linear.py); everything else goes through wrappers."""
     root = op_build.REPO_ROOT / "specworker"
     users = sorted(
         str(p.relative_to(root))
@@ -113,3 +114,23 @@ def test_only_the_extension_module_touches_the_compiled_library():
         if "load_op_meta_info_and_register_op" in p.read_text() or "_run_custom_op" in p.read_text()
     )
     assert users == ["model_executor/ops/_extension.py"], users
+    # one exception, by design: the linear's direct CPU path calls the kernel's C API in the same library
+    direct = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "ctypes.CDLL" in p.read_text())
+    assert direct == ["model_executor/ops/_cpu_linear.py"], direct
+
+
+def test_cuda_build_targets_sm80_and_sm90a_by_default(monkeypatch):
+    """Paddle's CUDAExtension passes no -arch: without these, nvcc's default target has no bf16 MMA."""
+    monkeypatch.delenv("SPECWORKER_CUDA_ARCHS", raising=False)
+    assert op_build.cuda_gencode_flags() == ["-gencode=arch=compute_80,code=sm_80",
+                                            "-gencode=arch=compute_90a,code=sm_90a",
+                                            "-gencode=arch=compute_90,code=compute_90"]
+    monkeypatch.setenv("SPECWORKER_CUDA_ARCHS", "86;90a 90a")
+    assert op_build.cuda_gencode_flags()[:2] == ["-gencode=arch=compute_86,code=sm_86",
+                                                "-gencode=arch=compute_90a,code=sm_90a"]
+
+
+@pytest.mark.parametrize("bad", ["75", "sm_90", "9.0", "90b", " , "])
+def test_cuda_arch_list_rejects_what_nvcc_or_the_kernels_cannot_take(bad):
+    with pytest.raises(ValueError, match="SPECWORKER_CUDA_ARCHS"):
+        op_build.cuda_gencode_flags(bad)

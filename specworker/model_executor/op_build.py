@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -19,6 +21,28 @@ MANIFEST = BUILD_DIR / "manifest.json"
 CUDA_DEFINE = "SPECWORKER_WITH_CUDA"
 
 _DIGEST_SUFFIXES = (".cc", ".cu", ".h", ".cuh")
+
+
+# GPU targets of the Paddle CUDA build (SPECWORKER_CUDA_ARCHS overrides, e.g. "80 90a"): Paddle's CUDAExtension
+# passes no -arch, and nvcc's default target has no bf16 MMA (the bf16 kernels' device code would trap); sm_90a
+# adds the wgmma path of batch_invariant_linear_bf16. PTX for compute_90 runs (JIT, mma.sync path) on later GPUs.
+DEFAULT_CUDA_ARCHS = ("80", "90a")
+
+
+def cuda_gencode_flags(archs: str | None = None) -> list[str]:
+    """nvcc -gencode flags for the archs (space / comma / semicolon separated; None: $SPECWORKER_CUDA_ARCHS, else
+    DEFAULT_CUDA_ARCHS), plus compute_90 PTX. Raises ValueError naming the value when an arch is not digits with
+    an optional trailing "a", or is below 80 (the bf16 kernels need sm_80)."""
+    text = os.environ.get("SPECWORKER_CUDA_ARCHS") if archs is None else archs
+    names = [a for a in re.split(r"[\s,;]+", text.strip()) if a] if text else list(DEFAULT_CUDA_ARCHS)
+    for a in names:
+        if not re.fullmatch(r"\d+a?", a) or int(a.rstrip("a")) < 80:
+            raise ValueError(f"SPECWORKER_CUDA_ARCHS = {text!r}: arch {a!r}; allowed: compute capabilities >= 80 "
+                             "written like 80, 86, 90a (space separated)")
+    if not names:
+        raise ValueError(f"SPECWORKER_CUDA_ARCHS = {text!r}: no arch; allowed: e.g. \"80 90a\"")
+    flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in dict.fromkeys(names)]
+    return flags + ["-gencode=arch=compute_90,code=compute_90"]
 
 
 def cpu_sources(root: Path = OPS_ROOT) -> list[Path]:
