@@ -130,7 +130,7 @@ def bench_shape(lib, K: int, N: int, args, rng) -> list[dict]:
             "ours_bf16": (lambda w, x=x: ops.batch_invariant_linear(x, w), bf16),
             "ours_plain": (lambda w, x=x: ops.batch_invariant_linear(x, w), plain),
             "kernel": (kernel, panels),
-            "op": (lambda w, x=x: _run("batch_invariant_linear", x, w), panels),
+            "op": (lambda w, x=x: _run("batch_invariant_linear", x, w, None), panels),
             "paddle_1t": (paddle_matmul(x, 1), plain),
             "paddle_2t": (paddle_matmul(x, args.threads), plain),
         }

@@ -66,6 +66,22 @@ def test_direct_output_is_fresh_and_rows_are_batch_invariant(op_calls):
     assert op_calls == []
 
 
+def test_parameters_under_no_grad_take_the_direct_path(op_calls):
+    """A model's weights are parameters (stop_gradient False); its forward runs under paddle.no_grad()."""
+    rng = np.random.default_rng(6)
+    x, w, b = linear_inputs(rng, 2, 32, 64, True)
+    wt = paddle.create_parameter([32, 64], "float32", default_initializer=paddle.nn.initializer.Assign(w))
+    assert not wt.stop_gradient
+    with paddle.no_grad():
+        got = batch_invariant_linear(paddle.to_tensor(x), wt, paddle.to_tensor(b))
+    assert op_calls == []
+    want = _run("batch_invariant_linear", paddle.to_tensor(x), paddle.to_tensor(w), paddle.to_tensor(b))
+    want = want[0] if isinstance(want, (list, tuple)) else want
+    assert_same_bits(got.numpy(), want.numpy(), "parameter weight under no_grad")
+    batch_invariant_linear(paddle.to_tensor(x), wt, paddle.to_tensor(b))  # grad enabled: the op records it
+    assert op_calls == ["batch_invariant_linear"]
+
+
 def _strided_x(x: np.ndarray) -> paddle.Tensor:
     t = paddle.to_tensor(np.ascontiguousarray(x.T)).t()  # a transposed view (strides) where Paddle keeps one
     return t

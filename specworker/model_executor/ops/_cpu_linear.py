@@ -7,7 +7,8 @@ projection takes 2-40 us), so at M = 1-4 the op reached 0.50-0.86 of the memory 
 reaches 0.69-0.92 (README, CPU linear table), and the tiny pair's step is mostly dispatch.
 
 Same kernel, same arguments, so the same bits as the op (tests/ops/test_cpu_linear_direct.py). Only calls the
-kernel is known to accept take this path: dygraph, CPU, no gradient wanted, float32 x [M, K] with M, K, N >= 1
+kernel is known to accept take this path: dygraph, CPU, no gradient wanted (under paddle.no_grad(), or every input
+stop_gradient), float32 x [M, K] with M, K, N >= 1
 and sizes below 2^31, a float32 [K, N] weight or [N / 32, K, 32] float32 / bfloat16 panels, a float32 [N] bias or
 none, all contiguous. Anything else returns None and the caller runs the op, whose C++ checks name the argument;
 so every error message is the op's. SPECWORKER_CPU_LINEAR_DIRECT=0 turns the path off (A/B measurements).
@@ -95,11 +96,13 @@ def linear_cpu(x: paddle.Tensor, weight: paddle.Tensor, bias: paddle.Tensor | No
     layout, n = found
     if not (0 < m <= _INT32_MAX and 0 < k <= _INT32_MAX and 0 < n <= _INT32_MAX):
         return None  # empty shapes and the op's size limits: the op's own handling
-    if bias is not None and (bias.dtype is not _F32 or bias.shape != [n] or not bias.is_contiguous()
-                             or not bias.stop_gradient):
+    if bias is not None and (bias.dtype is not _F32 or bias.shape != [n] or not bias.is_contiguous()):
         return None
-    if not (x.is_contiguous() and weight.is_contiguous() and x.stop_gradient and weight.stop_gradient):
-        return None  # strided views and autograd: the op
+    if not (x.is_contiguous() and weight.is_contiguous()):
+        return None  # strided views: the op
+    if paddle.is_grad_enabled() and not (x.stop_gradient and weight.stop_gradient
+                                         and (bias is None or bias.stop_gradient)):
+        return None  # autograd records the op (a model's parameters under paddle.no_grad() do not count)
     out = _empty([m, n], place)
     rc = kernel_library().specworker_batch_invariant_linear_cpu(
         x.data_ptr(), weight.data_ptr(), layout, None if bias is None else bias.data_ptr(), out.data_ptr(),
