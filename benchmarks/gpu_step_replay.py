@@ -20,8 +20,10 @@ specworker kernel exists): embedding gather, rms_norm (+ residual add), rotary, 
 input norms + concat, the draft's last-row gather. Not replayed: draft_model_update, draft_model_postprocess,
 sampling other than greedy. The state ops run on their own copies of the slot state (from reference/cases), so
 graph replays do not move the forward's lengths; every slot has CONTEXT cached tokens before the step.
-Predicted speedup = AL / (verify / decode + draft / decode), AL measured on the tiny pair (README: k = 2
-AL 2.82 at batch 1, configs/mtp_tiny.yaml; k = 3 AL 3.03, held-out prompts), not on these models.
+Predicted speedup = AL / (verify / decode + draft / decode), at two measured ALs: the tiny pair's (README: k = 2
+AL 2.82 at batch 1, configs/mtp_tiny.yaml; k = 3 AL 3.03, held-out prompts) and SmolLM2-135M's own MTP head's
+(held-out chained AL 1.81 at k = 2, 1.99 at k = 3; docs/smollm2_mtp.md). `--recompute JSON` rewrites them from a
+result file's measured ratios without a GPU.
 """
 
 from __future__ import annotations
@@ -52,6 +54,20 @@ DRAFTS = [2, 3]  # k: verify with k + 1 = 3, 4 tokens per slot
 CONTEXT = 1024
 BLOCK = 64
 AL_TINY = {2: 2.82, 3: 3.03}
+# SmolLM2-135M's own MTP head (docs/smollm2_mtp.md): held-out chained acceptance, AL(k) = 1 + sum of P(first s accepted)
+AL_SMOLLM2 = {2: 1.81, 3: 1.99}
+
+
+AL_SOURCE = ("tiny pair (README): k=2 AL 2.82 (configs/mtp_tiny.yaml, batch 1), k=3 AL 3.03 (held-out prompts, "
+             "batch 1); SmolLM2-135M MTP head (docs/smollm2_mtp.md): held-out chained AL 1.81 (k=2), 1.99 (k=3)")
+
+
+def predictions(row: dict) -> dict:
+    """The predicted speedups of a replay row, AL / (verify / decode + draft / decode), at the tiny pair's AL and at
+    SmolLM2's MTP head's (held out)."""
+    k, cost = row["k"], row["verify_over_decode"] + row["draft_over_decode"]
+    return dict(al_tiny_pair=AL_TINY[k], predicted_speedup=AL_TINY[k] / cost, al_smollm2_head=AL_SMOLLM2[k],
+                predicted_speedup_smollm2_head=AL_SMOLLM2[k] / cost)
 OUT_F32, OUT_BF16 = 0, 2
 
 KERNELS = r"""
@@ -421,11 +437,12 @@ def bench_model(cp, g, name, batches):
             vr, dr = verify_ms / decode_ms, draft_ms / decode_ms
             row = dict(model=name, batch=B, k=k, tokens_per_slot=n, context=CONTEXT, decode_ms=decode_ms,
                        verify_ms=verify_ms, draft_ms=draft_ms, verify_over_decode=vr, draft_over_decode=dr,
-                       al_tiny_pair=AL_TINY[k], predicted_speedup=AL_TINY[k] / (vr + dr),
                        decode_tokens_per_s=B / decode_ms * 1e3)
+            row.update(predictions(row))
             rows.append(row)
             print(f"{name:13s} B {B:4d} k {k}: decode {decode_ms:7.3f} ms  verify {verify_ms:7.3f} ms ({vr:4.2f}x)  "
-                  f"draft {draft_ms:7.3f} ms ({dr:4.2f}x)  AL {AL_TINY[k]} -> {row['predicted_speedup']:4.2f}x",
+                  f"draft {draft_ms:7.3f} ms ({dr:4.2f}x)  AL {AL_TINY[k]} -> {row['predicted_speedup']:4.2f}x, "
+                  f"AL {AL_SMOLLM2[k]} -> {row['predicted_speedup_smollm2_head']:4.2f}x",
                   flush=True)
     del model, b
     cp.get_default_memory_pool().free_all_blocks()
@@ -437,7 +454,16 @@ def main():
     ap.add_argument("--out", default="benchmarks/results/gpu_step_replay.json")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--batches", default=",".join(map(str, BATCH)))
+    ap.add_argument("--recompute", metavar="JSON", help="no GPU: rewrite the predictions of a result file from its "
+                    "measured ratios (after an AL changed) and exit")
     args = ap.parse_args()
+    if args.recompute:
+        result = json.loads(Path(args.recompute).read_text())
+        for row in result["rows"]:
+            row.update(predictions(row))
+        result["meta"]["al_source"] = AL_SOURCE
+        Path(args.recompute).write_text(json.dumps(result, indent=1))
+        return
     cp = require_gpu_or_exit()
     g = Gpu(cp)
     batches = [int(x) for x in args.batches.split(",")]
@@ -451,8 +477,7 @@ def main():
 
 def meta(cp):
     return dict(device=cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), cupy=cp.__version__, context=CONTEXT,
-                block_size=BLOCK, al_source="tiny pair (README): k=2 AL 2.82 (configs/mtp_tiny.yaml, batch 1), "
-                "k=3 AL 3.03 (held-out prompts, batch 1)", timing="CUDA graph of one call, median of 5 x 10 replays",
+                block_size=BLOCK, al_source=AL_SOURCE, timing="CUDA graph of one call, median of 5 x 10 replays",
                 weights="random bf16 (hash fill), distinct per layer")
 
 
