@@ -73,16 +73,34 @@ MORE_TEMPLATES = (
 )
 
 
+MORE_SUBJECTS = (
+    "the immune system", "glaciers", "the Silk Road", "classical music", "writing a resume", "budgeting for a trip",
+    "deforestation", "the human brain", "trains", "data structures", "the periodic table", "tennis", "houseplants",
+    "tea", "the first airplane", "hurricanes", "composting", "exercise", "making pizza", "interest rates", "ants",
+    "ancient Egypt", "antibiotics", "solar panels", "note taking", "job interviews", "sharks", "the desert",
+    "kindness", "learning to swim", "knitting", "the telephone", "snowflakes", "owls", "horses", "rivers",
+    "hash tables", "Python dictionaries", "loops in programming", "fractions", "spreadsheets", "debugging code",
+    "open source software", "JSON files", "probability", "triangles", "a haunted house", "a lost key",
+    "a village by the sea", "a dragon who is afraid of the dark", "a museum at midnight", "a road trip",
+    "a birthday party", "a farmers market", "the deep sea", "maple syrup", "skateboards", "the water wheel",
+    "a school garden", "the night sky",
+)
+
+
 def chat_prompts() -> list[str]:
     """Templates x subjects, interleaved so every template and subject appears in both splits: first the first
     480 of TEMPLATES' pairs (the set of the first trained head; benchmarks/prompts/mtp_heldout.jsonl holds its
-    held-out prompts), then the other 240 of TEMPLATES' pairs, then MORE_TEMPLATES x SUBJECTS."""
+    held-out prompts), then the other 240 of TEMPLATES' pairs, then MORE_TEMPLATES x SUBJECTS (1,080 prompts: the
+    first head's set), then every template x MORE_SUBJECTS (1,080 more)."""
     pairs = list(itertools.product(range(len(SUBJECTS)), range(len(TEMPLATES))))
     first = [TEMPLATES[(t + s) % len(TEMPLATES)].format(s=SUBJECTS[s]) for s, t in pairs if (t + 2 * s) % 3 != 0]
     rest = [TEMPLATES[(t + s) % len(TEMPLATES)].format(s=SUBJECTS[s]) for s, t in pairs if (t + 2 * s) % 3 == 0]
     more = [MORE_TEMPLATES[(t + s) % len(MORE_TEMPLATES)].format(s=SUBJECTS[s])
             for s, t in itertools.product(range(len(SUBJECTS)), range(len(MORE_TEMPLATES)))]
-    return first + rest + more
+    every = TEMPLATES + MORE_TEMPLATES
+    extra = [every[(t + s) % len(every)].format(s=MORE_SUBJECTS[s])
+             for s, t in itertools.product(range(len(MORE_SUBJECTS)), range(len(every)))]
+    return first + rest + more + extra
 
 
 def doc_texts() -> list[str]:
@@ -134,6 +152,8 @@ def main(argv=None) -> None:
     p.add_argument("--max-tokens", type=int, default=160, help="answer tokens per chat prompt at most")
     p.add_argument("--max-num-seqs", type=int, default=32)
     p.add_argument("--limit", type=int, default=0, help="first N chat prompts only (0: all)")
+    p.add_argument("--chunk", type=int, default=240, help="prompts per generation call (each call's answers are "
+                   "appended to OUT/answers.jsonl, which a rerun reuses)")
     p.add_argument("--reuse", default=None, help="an earlier data.json: its answers are reused for the prompts it "
                    "has (the same tokens: greedy output is batch invariant), the others are generated")
     args = p.parse_args(argv)
@@ -148,21 +168,29 @@ def main(argv=None) -> None:
     prompts = chat_prompts()[:args.limit or None]
     print(f"{len(docs)} documents ({sum(map(len, docs))} tokens), {len(prompts)} chat prompts", flush=True)
     known = reused_answers(args.reuse, args.max_tokens) if args.reuse else {}
+    # answers.jsonl: every chunk's answers as soon as it is done, so an interrupted run resumes where it stopped
+    journal = out / "answers.jsonl"
+    if journal.exists():
+        for line in journal.read_text().splitlines():
+            row = json.loads(line)
+            if row["max_tokens"] == args.max_tokens:
+                known[row["prompt"]] = {"prompt_ids": row["prompt_ids"], "answer_ids": row["answer_ids"]}
     todo = [q for q in prompts if q not in known]
-    t0 = time.time()
-    outs = llm.chat([[{"role": "user", "content": q}] for q in todo],
-                    SamplingParams(temperature=0.0, max_tokens=args.max_tokens), on_step=progress(t0))
-    answer_tokens = sum(len(o.token_ids) for o in outs)
+    t0, answer_tokens = time.time(), 0
+    print(f"{len(prompts) - len(todo)} answers known, {len(todo)} to generate", flush=True)
+    for start in range(0, len(todo), args.chunk):
+        chunk = todo[start:start + args.chunk]
+        outs = llm.chat([[{"role": "user", "content": q}] for q in chunk],
+                        SamplingParams(temperature=0.0, max_tokens=args.max_tokens), on_step=progress(t0))
+        with journal.open("a") as f:
+            for q, o in zip(chunk, outs):
+                known[q] = {"prompt_ids": tok.encode(o.prompt, add_special_tokens=False), "answer_ids": o.token_ids}
+                f.write(json.dumps({"prompt": q, "max_tokens": args.max_tokens} | known[q]) + "\n")
+        answer_tokens += sum(len(o.token_ids) for o in outs)
+        print(f"  {start + len(chunk)} of {len(todo)} prompts answered, {time.time() - t0:.0f}s", flush=True)
     print(f"generated {answer_tokens} answer tokens for {len(todo)} prompts in {time.time() - t0:.0f}s "
-          f"({len(prompts) - len(todo)} reused)", flush=True)
-    fresh = iter(outs)
-    chat = []
-    for q in prompts:
-        if q in known:
-            chat.append(known[q])
-        else:
-            o = next(fresh)
-            chat.append({"prompt_ids": tok.encode(o.prompt, add_special_tokens=False), "answer_ids": o.token_ids})
+          f"({len(prompts) - len(todo)} known)", flush=True)
+    chat = [known[q] for q in prompts]
     data = {"docs": split(docs), "chat": split(chat), "prompts": split(prompts),
             "recipe": {"max_tokens": args.max_tokens, "held_every": HELD_EVERY, "held_offset": HELD_OFFSET,
                        "generation_s": round(time.time() - t0, 1)}}

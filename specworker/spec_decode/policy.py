@@ -152,10 +152,10 @@ class AdaptivePolicy(SpeculationPolicy):
     def __init__(self, num_slots: int, k_max: int, *, pin_sampled: bool = False,
                  prior_weight: float = 6.0, decay: float = 0.92, need: int = 3, hold: int = 2,
                  explore_every: int = 32, explore_max: int = 256, switch_margin: float = 0.02,
-                 admit_min_reaches: int = 64, k_prior_weight: float = 8.0, k_min_reaches: int = 16,
-                 redecide_every: int = 4):
+                 admit_min_reaches: int = 64, k_prior_weight: float = 8.0,
+                 redecide_every: int = 8, confidence: float = 0.5):
         super().__init__(num_slots, k_max, pin_sampled=pin_sampled)
-        self.k_min_reaches = k_min_reaches  # per-k evidence before explorations of that neighbour back off
+        self.confidence = confidence  # standard errors of optimism on the per-k acceptance (optimistic_prior_by_k)
         self.redecide_every = redecide_every  # steps a decision is kept while the live slots and caps stay the same
         self.decision: tuple[tuple[bytes, bytes], int, int, np.ndarray] | None = None  # (key, steps, K, [N] k_b)
         self.k_prior_weight = k_prior_weight
@@ -301,11 +301,18 @@ class AdaptivePolicy(SpeculationPolicy):
         m, d = self.prior_weight, self.pending_decay
         return (d * self.slot_counts[1] + m * self.prior()) / (d * self.slot_counts[0] + m)
 
-    def expected_by_k(self, accept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def optimistic_prior_by_k(self) -> np.ndarray:
+        """[K, K] prior_by_k raised by `confidence` standard errors (its k_totals reaches plus the k_prior_weight
+        pseudo-reaches), at most 1: the best a k's acceptance plausibly is on the evidence so far."""
+        p = self.prior_by_k()
+        return np.minimum(p + self.confidence * np.sqrt(p * (1 - p) / (self.k_totals[0] + self.k_prior_weight)), 1.0)
+
+    def expected_by_k(self, accept: np.ndarray, by_k: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(E [N, K + 1], reach [K + 1, N, K]): E[b, k] = tokens a step allowing slot b k drafts emits, with its
-        acceptance a_bj scaled by r_kj = prior_by_k[k - 1, j] / prior[j] (at most 1); reach[k] = P(draft j accepted)
-        under that scaling. Args: accept [N, K] (acceptance())."""
-        ratio = np.concatenate([np.ones((1, self.k_max)), self.prior_by_k() / self.prior()])  # [K + 1, K]; k = 0: 1
+        acceptance a_bj scaled by r_kj = by_k[k - 1, j] / prior[j] (at most 1); reach[k] = P(draft j accepted)
+        under that scaling. Args: accept [N, K] (acceptance()); by_k [K, K] (default prior_by_k())."""
+        by_k = self.prior_by_k() if by_k is None else by_k
+        ratio = np.concatenate([np.ones((1, self.k_max)), by_k / self.prior()])  # [K + 1, K]; k = 0: 1
         reach = np.cumprod(np.minimum(accept[None] * ratio[:, None, :], 1.0), axis=2)  # [K + 1, N, K]
         # E[b, k] = 1 + sum_{j < k} reach[k, b, j]
         gain = 1.0 + (reach * self._below_k[:, None, :]).sum(axis=2).T  # [N, K + 1]
@@ -368,17 +375,23 @@ class AdaptivePolicy(SpeculationPolicy):
             return int(np.clip(k, 0, self.k_max)), self.hold
         return None
 
-    def _neighbours_known(self, k: int) -> bool:
-        """Whether the neighbours K = k - 1, k + 1 that draft each have `k_min_reaches` verifications of draft position 1
-        anchored by a step of theirs (prior_by_k then rests on their own evidence, not on the pooled prior)."""
-        return all(self.k_totals[0, n - 1, 0] >= self.k_min_reaches for n in (k - 1, k + 1) if 1 <= n <= self.k_max)
+    def _neighbours_settled(self, k: int, rows: np.ndarray, rates: np.ndarray, seconds: np.ndarray) -> bool:
+        """Whether K = k's rate at its point estimate beats each neighbour K = k +- 1's optimistic rate (`rates`, from
+        optimistic_prior_by_k): then exploring the neighbours less often loses little. A neighbour whose acceptance
+        rests on few steps anchored by its own drafts has a wide bound and keeps being explored every
+        `explore_every` steps."""
+        gain, _ = self.expected_by_k(self.acceptance())
+        rate = gain[rows, np.minimum(k, self.cap[rows])].sum() / max(seconds[k], 1e-9)
+        return all(rates[n] < rate for n in (k - 1, k + 1) if 0 <= n <= self.k_max)
 
     def best_k(self, live: np.ndarray, seconds: np.ndarray, verify: np.ndarray | None = None) -> tuple[int, np.ndarray]:
         """(K, [N] k_b): the batch K maximising sum_b E_b(min(K, cap_b)) / T(B, K), then per slot the positions
         worth their verify cost at that rate: keep draft j iff P(draft j accepted) >= rate * c, c = (V(B, K) -
         V(B, 0)) / (drafts at K), V the verify part of the step (a substep is shared by the batch: dropping one
         slot's draft saves only its verify token). verify None: T itself."""
-        gain, reach_by_k = self.expected_by_k(self.acceptance())  # [N, K + 1], [K + 1, N, K]
+        # optimism where the evidence is thin: a K whose own steps were few (and unlucky) is tried again rather than
+        # written off for good (at batch 1 a K is otherwise seen only in explorations, one anchored step each)
+        gain, reach_by_k = self.expected_by_k(self.acceptance(), self.optimistic_prior_by_k())  # [N, K + 1], [K + 1, N, K]
         rows = np.flatnonzero(live)
         k_b = np.minimum(np.arange(self.k_max + 1)[:, None], self.cap[rows][None, :])  # [K + 1, B]
         rates = np.take_along_axis(gain[rows].T, k_b, axis=0).sum(axis=1) / np.maximum(seconds, 1e-9)  # [K + 1]
@@ -387,7 +400,8 @@ class AdaptivePolicy(SpeculationPolicy):
             best = self.kept_k  # within the margin of the current K: stay (measurement noise, KV refill)
         if best != self.kept_k:
             self.explore_interval = self.explore_every
-        elif self.explored and self.total_reaches[0] >= self.admit_min_reaches and self._neighbours_known(best):
+        elif (self.explored and self.total_reaches[0] >= self.admit_min_reaches
+              and self._neighbours_settled(best, rows, rates, seconds)):
             # the exploration confirmed the choice: explore less often, once the acceptance rests on evidence (a
             # choice of K = 0 made on a few early verifications gathers none but in explorations; at batch 1 an
             # exploration of K - 1 brings 2 verifications anchored by it, and its acceptance can differ from K's)

@@ -6,6 +6,7 @@ acceptance.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -134,29 +135,44 @@ class StepCostModel:
     def _local_fit(self, rows: np.ndarray, num_slots: int) -> _Fit:
         """One K's fits at num_slots from its rows [(B, T, V, T(B, 0) then)]: robust weighted least squares of
         y = a + b ln(B_i / B) for y = T and V."""
-        t, v = self._robust_intercepts(rows[:, 0], rows[:, 1:3].T, num_slots)
-        near = np.exp(-0.5 * (np.log(rows[:, 0] / num_slots) / self.bandwidth) ** 2)
-        return _Fit(seconds=max(float(t), 1e-6), verify=max(float(v), 0.0), support=float(near.sum()))
+        batch = rows[:, 0].tolist()
+        t, v = self._robust_intercepts(batch, rows[:, 1:3].T.tolist(), num_slots)
+        near = sum(math.exp(-0.5 * (math.log(b / num_slots) / self.bandwidth) ** 2) for b in batch)
+        return _Fit(seconds=max(float(t), 1e-6), verify=max(float(v), 0.0), support=near)
 
-    def _robust_intercepts(self, batch: np.ndarray, ys: np.ndarray, num_slots: int) -> np.ndarray:
+    def _robust_intercepts(self, batch, ys, num_slots: int) -> np.ndarray:
         """[Y] the fitted a of y = a + b ln(B_i / B) for each row of ys [Y, n], rows weighted by their batch size's
         nearness exp(-ln(B_i / B)^2 / (2 bandwidth^2)) (+ 1e-6: far rows still count a little, a level).
         Outliers are judged against the weighted median (a least-squares start would be pulled by them): rows whose
         distance from it exceeds `outlier` x the median distance are dropped. Least squares by the normal equations
         with a small ridge on the slope (rows at one batch size leave it undetermined: the fit is then their
-        weighted mean), solved in closed form (2 x 2); all y at once (a fit is a few numpy calls, not ~0.1 ms)."""
-        u = np.log(batch / num_slots)  # [n]
-        weight = np.exp(-0.5 * (u / self.bandwidth) ** 2) + 1e-6  # [n]
-        order = np.argsort(ys, axis=1)  # [Y, n]
-        cumulative = np.cumsum(weight[order], axis=1)
-        half = (cumulative < 0.5 * cumulative[:, -1:]).sum(axis=1, keepdims=True)  # first index with cum >= half
-        center = np.take_along_axis(ys, np.take_along_axis(order, half, axis=1), axis=1)  # [Y, 1]
-        residual = np.abs(ys - center)
-        # a distance within 2% of a typical step is never an outlier (exact data differs by rounding only)
-        bound = np.maximum(self.outlier * np.median(residual, axis=1, keepdims=True), 0.02 * center)
-        w = weight * (residual <= bound)  # [Y, n]
-        s0, s1, s2 = w.sum(axis=1), w @ u, w @ (u * u)
-        sy, suy = (w * ys).sum(axis=1), (w * ys) @ u
-        g00 = s0 + 1e-12
-        g11 = s2 + 1e-6 * (s0 + 1e-12) + 1e-12
-        return (g11 * sy - s1 * suy) / (g00 * g11 - s1 * s1)
+        weighted mean), solved in closed form (2 x 2).
+        Plain Python floats: n is at most `window` (12) rows, and between a step's tensor ops each numpy call costs
+        3-10 us, so the ~30 of a numpy fit took 0.2-0.4 ms where these loops take a few tens of us."""
+        u = [math.log(b / num_slots) for b in batch]
+        weight = [math.exp(-0.5 * (x / self.bandwidth) ** 2) + 1e-6 for x in u]
+        out = []
+        for y in ys:
+            y = [float(v) for v in y]  # a row of a list or an array
+            order = sorted(range(len(y)), key=y.__getitem__)
+            total, half, cumulative = sum(weight), len(y) - 1, 0.0
+            for rank, i in enumerate(order):  # the weighted median: the first row whose cumulative weight >= half
+                cumulative += weight[i]
+                if cumulative >= 0.5 * total:
+                    half = rank
+                    break
+            center = y[order[half]]
+            residual = [abs(v - center) for v in y]
+            ranked = sorted(residual)
+            mid = len(ranked) // 2
+            median = ranked[mid] if len(ranked) % 2 else 0.5 * (ranked[mid - 1] + ranked[mid])
+            # a distance within 2% of a typical step is never an outlier (exact data differs by rounding only)
+            bound = max(self.outlier * median, 0.02 * center)
+            s0 = s1 = s2 = sy = suy = 0.0
+            for wi, ui, yi, ri in zip(weight, u, y, residual):
+                if ri <= bound:
+                    s0, s1, s2, sy, suy = s0 + wi, s1 + wi * ui, s2 + wi * ui * ui, sy + wi * yi, suy + wi * ui * yi
+            g00 = s0 + 1e-12
+            g11 = s2 + 1e-6 * (s0 + 1e-12) + 1e-12
+            out.append((g11 * sy - s1 * suy) / (g00 * g11 - s1 * s1))
+        return np.array(out)

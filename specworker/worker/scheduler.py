@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
+from collections.abc import Callable
 
 from specworker.config import WorkerConfig
 from specworker.worker.block_manager import BlockManager
@@ -34,7 +35,7 @@ class SchedulerOutput:
     decode: list[RequestState]  # running with the prefill done: one decode (+ drafts) each
     prefill: list[PrefillChunk]  # prefill chunks of this step, FCFS order
     paused: list[RequestState]  # prefilling but no token budget left this step
-    token_num: int  # bound on the step's packed tokens: chunk lengths + D per decode slot
+    token_num: int  # bound on the step's packed tokens: chunk lengths + the decode slots' bound
 
 
 class Scheduler:
@@ -75,9 +76,12 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, decode_tokens: Callable[[list[RequestState]], int] | None = None) -> SchedulerOutput:
         """Admissions and this step's token split. Decode slots always fit (config guarantees
-        max_num_batched_tokens >= max_num_seqs * D); prefill chunks share what is left, FCFS."""
+        max_num_batched_tokens >= max_num_seqs * D); prefill chunks share what is left, FCFS.
+
+        decode_tokens: the tokens the given decode requests feed this step at most (the runner's bound from the
+        policy's k_b); default D each. A policy that drafts less leaves its unused lookahead to the prefills."""
         admitted = []
         while self.waiting and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
@@ -90,7 +94,11 @@ class Scheduler:
             self.running.append(req)
             admitted.append(req)
         decode = [r for r in self.running if r.prefill_done]
-        budget = self.max_num_batched_tokens - self.lookahead * len(decode)
+        reserved = self.lookahead * len(decode) if decode_tokens is None else decode_tokens(decode)
+        if not 0 <= reserved <= self.lookahead * len(decode):
+            raise AssertionError(f"decode_tokens gave {reserved} for {len(decode)} decode requests; allowed: "
+                                 f"0..{self.lookahead} (D) each")
+        budget = self.max_num_batched_tokens - reserved
         prefill, paused = [], []
         for req in self.running:
             if req.prefill_done:

@@ -176,18 +176,17 @@ class Worker:
 
     def step(self) -> list[RequestOutput]:
         """Schedules, runs one engine step, and returns the requests that gained tokens or finished."""
-        plan = self.scheduler.schedule()
+        # A decode slot feeds at most 1 + k_b tokens (the policy's choice): the prefills get the rest of the budget.
+        batch = self.runner.input_batch
+        plan = self.scheduler.schedule(
+            lambda decode: self.runner.decode_token_bound([batch.slot_of(r.req_id) for r in decode]))
         if not (plan.decode or plan.prefill):
             return []
         self._apply_plan(plan)
         running = [r.params for r in self.scheduler.running]
         all_greedy = all(p.temperature < GREEDY_TEMPERATURE for p in running)
         num_logprobs = max((p.logprobs for p in running if p.logprobs is not None), default=None)
-        # The plan reserves D tokens per decode slot; the step feeds at most 1 + k_b (the policy's choice).
-        decode_slots = [self.runner.input_batch.slot_of(r.req_id) for r in plan.decode]
-        token_num = (plan.token_num - self.scheduler.lookahead * len(decode_slots)
-                     + self.runner.decode_token_bound(decode_slots))
-        out = self.runner.step(token_num, all_greedy=all_greedy, num_logprobs=num_logprobs)
+        out = self.runner.step(plan.token_num, all_greedy=all_greedy, num_logprobs=num_logprobs)
         self.num_steps += 1
         for phase, seconds in out.seconds.items():
             self.phase_seconds[phase] += seconds

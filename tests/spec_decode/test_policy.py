@@ -55,9 +55,11 @@ def test_schedule_picks_k_of_the_batch_size_range(batch, k):
 
 
 def _adaptive(n, k_max, accept):
-    """An AdaptivePolicy whose acceptance is set directly (the cost row is passed to best_k)."""
+    """An AdaptivePolicy whose acceptance is set directly (the cost row is passed to best_k), resting on ample
+    evidence for every k (a million verifications of each position after each k: no optimism bonus)."""
     policy = AdaptivePolicy(n, k_max)
     policy.acceptance = lambda: np.array(accept, dtype=float)
+    policy.totals[:] = policy.k_totals[:] = 1e6
     return policy
 
 
@@ -75,6 +77,42 @@ def test_adaptive_stops_drafting_when_drafts_cost_more_than_they_bring():
     policy = _adaptive(n, 3, [[0.5, 0.5, 0.5]] * n)
     best, k_b = policy.best_k(np.ones(n, dtype=bool), np.array([10e-3, 16e-3, 22e-3, 28e-3]))
     assert best == 0 and not k_b.any()
+
+
+def _thin_k2(reaches):
+    """k_max = 2, one slot at acceptance 0.8 on ample pooled evidence (prior 0.8, and 0.8 after steps of k = 1), but
+    K = 2's own steps (those anchored by a step of 2 drafts) number `reaches` per position, 3 in 4 accepted."""
+    policy = _adaptive(1, 2, [[0.8, 0.8]])
+    policy.confidence = 1.0  # optimism of one standard error (the default is 0.5)
+    policy.totals[0], policy.totals[1] = 1e6, 0.8e6
+    policy.k_totals[:, 0] = policy.totals
+    policy.k_totals[0, 1], policy.k_totals[1, 1] = reaches, 0.75 * reaches
+    return policy
+
+
+def test_adaptive_tries_a_k_whose_acceptance_rests_on_few_steps():
+    """T = 10 / 14 / 19 ms at K = 0 / 1 / 2. K = 1 brings 1.8 tokens (129 tokens/s). K = 2's own four steps read
+    position acceptance 0.75, shrunk to the pooled 0.8 with weight 8: 0.78, so 2.40 tokens (126 tokens/s) at the point
+    estimate, but one standard error up (0.90) 2.72 (143 tokens/s): K = 2 is tried. With 1000 steps of K = 2 at the
+    same 0.75 the bound is 0.76 and K = 1 stays."""
+    seconds = np.array([10e-3, 14e-3, 19e-3])
+    best, _ = _thin_k2(4).best_k(np.array([True]), seconds)
+    assert best == 2
+    best, _ = _thin_k2(1000).best_k(np.array([True]), seconds)
+    assert best == 1
+
+
+def test_adaptive_backs_off_exploring_a_neighbour_only_once_its_bound_is_below():
+    """After an exploration confirms K = 1 (K = 2 costs 22 ms: 2.72 tokens at its optimistic acceptance is 124
+    tokens/s, under K = 1's 129), the interval doubles when K = 2's bound is below K = 1's point rate; at 20 ms
+    (optimistic 136 tokens/s) K = 2 may still be better and explorations stay `explore_every` apart."""
+    for seconds_k2, backed_off in ((22e-3, True), (20e-3, False)):
+        policy = _thin_k2(4)
+        policy.kept_k, policy.explored = 1, True
+        policy.switch_margin = 1.0  # hold K = 1 whatever the optimistic rates say: the back-off alone is tested
+        best, _ = policy.best_k(np.array([True]), np.array([10e-3, 14e-3, seconds_k2]))
+        assert best == 1
+        assert (policy.explore_interval == 2 * policy.explore_every) == backed_off, (seconds_k2, policy.explore_interval)
 
 
 def test_adaptive_trims_slots_with_poor_acceptance():

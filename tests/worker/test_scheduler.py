@@ -116,3 +116,26 @@ def test_scheduler_pauses_prefill_without_budget():
     assert out.decode == [a]
     assert [(ch.req.req_id, ch.start, ch.length) for ch in out.prefill] == [("r1", 0, 2)]
     assert out.paused == [c] and out.token_num == 3
+
+
+def test_scheduler_gives_unused_decode_lookahead_to_prefills():
+    """D = 3 (k = 2), budget 12: two decode slots whose policy allows k_b = 0 feed 1 token each, so the prefill
+    gets 10 tokens, not 12 - 2 * 3 = 6; a bound outside 0..D per slot is a bug and raises."""
+    config = config_from_dict({"scheduler": dict(max_num_seqs=3, max_model_len=64, block_size=4, num_blocks=64,
+                                                 max_num_batched_tokens=12),
+                               "speculative_config": {"method": "ngram", "num_speculative_tokens": 2}},
+                              check_paths=False)
+    sched = Scheduler(config, BlockManager(64, 4))
+    d1, d2, p = _req(0, 3), _req(1, 3), _req(2, 20)
+    for r in (d1, d2, p):
+        sched.add(r)
+    sched.schedule()
+    d1.num_prefilled, d2.num_prefilled, p.num_prefilled = 3, 3, 0
+    out = sched.schedule()  # default: D each
+    assert [(c.start, c.length) for c in out.prefill] == [(0, 6)] and out.token_num == 12
+    seen = []
+    out = sched.schedule(lambda decode: seen.append(list(decode)) or len(decode))
+    assert seen == [[d1, d2]]
+    assert [(c.start, c.length) for c in out.prefill] == [(0, 10)] and out.token_num == 12
+    with pytest.raises(AssertionError, match="decode_tokens gave 7 for 2 decode requests"):
+        sched.schedule(lambda decode: 7)
