@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 __all__ = ["SpecDecodeStats"]
 
 
@@ -86,12 +88,13 @@ class DraftLenStats:
 
     def observe(self, draft_lens) -> None:
         """draft_lens: [N] ints, k_b of a slot decoding next step, -1 for the others."""
-        chosen = [int(k) for k in draft_lens if k >= 0]
-        if not chosen:
+        draft_lens = np.asarray(draft_lens)
+        decoding = draft_lens >= 0
+        size = int(decoding.sum())
+        if not size:
             return
-        size = len(chosen)
         self.steps[size] = self.steps.get(size, 0) + 1
-        self.drafts[size] = self.drafts.get(size, 0) + sum(chosen)
+        self.drafts[size] = self.drafts.get(size, 0) + int(draft_lens.sum()) + (len(draft_lens) - size)  # -1 each
 
     def minus(self, before: DraftLenStats) -> DraftLenStats:
         """The counts gathered since `before` (a copy taken earlier)."""

@@ -255,6 +255,13 @@ class AdaptivePolicy(SpeculationPolicy):
         """Acceptance counts from this step's verify results; the previous step's seconds into the cost model when
         its cycle held one K (its verified drafts and its substeps chosen alike)."""
         k = self.k_max
+        if not self.allowed.any() and not step.drafted.any():
+            # no slot was allowed a draft (draft-less slots, K = 0): nothing to count, only the decay owed (the
+            # common step at large batch, kept to a couple of numpy calls)
+            self.pending_decay *= self.decay
+            self.prev_allowed[:] = 0
+            self._observe_cost(step)
+            return
         # Positions count from what the slot was allowed (k_b), not what its proposer drafted: a lookup proposer
         # that finds nothing drafts fewer, and E_b(K) must be the tokens a step *allowed* K brings, as T(B, K) is
         # that step's cost. Slots that emitted nothing (paused) or were not decoding (allowed 0) add nothing.
@@ -273,6 +280,10 @@ class AdaptivePolicy(SpeculationPolicy):
         else:  # nothing verified: only the decay, owed until the next verification (a k = 0 step stays cheap)
             self.pending_decay *= self.decay
         self.prev_allowed = np.where(emitted > 0, allowed, 0)
+        self._observe_cost(step)
+
+    def _observe_cost(self, step: PolicyStep) -> None:
+        """The previous step's seconds into the cost model, when its cycle held one K."""
         steady = len(self.recent_k) == 2 and self.recent_k[0] == self.recent_k[1]
         partial = self.recent_k[-1:] != [0] and any(self.recent_draftless)  # drafted for fewer slots than T assumes
         if step.cost is not None and steady and not partial and step.cost.num_slots > 0:
@@ -321,9 +332,17 @@ class AdaptivePolicy(SpeculationPolicy):
     # ---- the choice ----
     def choose(self, step: PolicyStep) -> np.ndarray:
         self.observe(step)
+        live = step.live & ~self.pinned
+        if not self.pinned.any() and live.any() and not self.cap[live].any():
+            # no live slot may draft (draft-less, overrides 0: the common step at large batch): what the general path
+            # below gives, in fewer numpy calls
+            self.last_k = 0
+            self.allowed[:] = 0
+            self.recent_k = (self.recent_k + [0])[-2:]
+            self.recent_draftless = (self.recent_draftless + [bool(self.draftless[live].any())])[-2:]
+            return np.where(live, 0, self.cap)
         out = super().choose(step)
         self.allowed = np.where(step.live, out, 0)  # what each slot may draft for the step verified next
-        live = step.live & ~self.pinned
         self.recent_k = (self.recent_k + [int(out[live].max(initial=0))])[-2:]
         self.recent_draftless = (self.recent_draftless + [bool(self.draftless[live].any())])[-2:]
         return out
