@@ -377,3 +377,61 @@ def test_build_policy_resolves_the_config():
     assert isinstance(build_policy(SpeculativeConfig(**mtp), 4), FixedPolicy)
     adaptive = build_policy(SpeculativeConfig(**mtp, policy="adaptive"), 4)
     assert isinstance(adaptive, AdaptivePolicy) and adaptive.k_max == 2  # MTP drafts num_model_steps at most
+
+
+def test_adaptive_counts_queued_steps_as_if_counted_at_once():
+    """observe queues a step's rows and counts them when an estimate is read or a slot moves: over random steps
+    (paused slots, k_b = 0 steps, lookups drafting fewer than allowed) with swaps, moves and clears between them,
+    every read equals counting each step when it happened, by a plain loop over slots and positions."""
+    rng = np.random.default_rng(7)
+    n, k = 5, 3
+    policy = AdaptivePolicy(n, k)
+    reach, success = np.zeros((n, k)), np.zeros((n, k))
+    totals, k_totals = np.zeros((2, k)), np.zeros((2, k, k))
+    prev, pending = np.zeros(n, dtype=np.int64), 1.0
+    for _ in range(300):
+        allowed = rng.integers(0, k + 1, n) * (rng.random() < 0.8)
+        drafted = np.minimum(allowed, rng.integers(0, k + 1, n))
+        emitted = np.where(rng.random(n) < 0.2, 0, np.minimum(rng.integers(1, k + 2, n), drafted + 1))
+        policy.allowed = allowed.copy()
+        policy.observe(_step([True] * n, drafted=drafted, emitted=emitted))
+        counted = False
+        for b in range(n):  # the reference: each step counted at once
+            a = min(max(allowed[b], drafted[b]), k)
+            for j in range(k):
+                hit = [j < min(a, emitted[b]), j < min(a, emitted[b] - 1)]
+                if hit[0]:
+                    counted = True
+                    totals[:, j] += hit
+                    if prev[b] > 0:
+                        k_totals[:, prev[b] - 1, j] += hit
+        step_counts = np.array([[[j < min(min(max(allowed[b], drafted[b]), k), emitted[b] - i) for j in range(k)]
+                                 for b in range(n)] for i in (0, 1)], dtype=float)
+        if counted:
+            reach[:], success[:] = reach * pending * policy.decay + step_counts[0], success * pending * policy.decay \
+                + step_counts[1]
+            pending = 1.0
+        else:
+            pending *= policy.decay
+        prev = np.where(emitted > 0, np.minimum(np.maximum(allowed, drafted), k), 0)
+        move = rng.random()
+        i, j = rng.choice(n, 2, replace=False)
+        if move < 0.1:
+            policy.on_swap(i, j)
+            for a in (reach, success, prev):
+                a[[i, j]] = a[[j, i]]
+        elif move < 0.15:
+            policy.on_move(i, j)
+            for a in (reach, success, prev):
+                a[j] = a[i]
+                a[i] = 0
+        elif move < 0.2:
+            policy.on_clear(i)
+            reach[i] = success[i] = prev[i] = 0
+        if rng.random() < 0.3:  # a read: every view equal to the reference
+            d = policy.pending_decay / pending
+            np.testing.assert_allclose(policy.reaches * d, reach, rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(policy.successes * d, success, rtol=1e-9, atol=1e-12)
+            np.testing.assert_array_equal(policy.totals, totals)
+            np.testing.assert_array_equal(policy.k_totals, k_totals)
+            np.testing.assert_array_equal(policy.prev_allowed, prev)
