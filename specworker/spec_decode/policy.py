@@ -153,9 +153,10 @@ class AdaptivePolicy(SpeculationPolicy):
                  prior_weight: float = 6.0, decay: float = 0.92, need: int = 3, hold: int = 2,
                  explore_every: int = 32, explore_max: int = 256, switch_margin: float = 0.02,
                  admit_min_reaches: int = 64, k_prior_weight: float = 8.0,
-                 redecide_every: int = 8, confidence: float = 0.5):
+                 redecide_every: int = 8, confidence: float = 1.0, optimism: bool = False):
         super().__init__(num_slots, k_max, pin_sampled=pin_sampled)
         self.confidence = confidence  # standard errors of optimism on the per-k acceptance (optimistic_prior_by_k)
+        self.optimism = optimism  # the choice itself reads the optimistic acceptance (else only the back-off does)
         self.redecide_every = redecide_every  # steps a decision is kept while the live slots and caps stay the same
         self.decision: tuple[tuple[bytes, bytes], int, int, np.ndarray] | None = None  # (key, steps, K, [N] k_b)
         self.k_prior_weight = k_prior_weight
@@ -416,23 +417,23 @@ class AdaptivePolicy(SpeculationPolicy):
             return int(np.clip(k, 0, self.k_max)), self.hold
         return None
 
-    def _neighbours_settled(self, k: int, rows: np.ndarray, rates: np.ndarray, seconds: np.ndarray) -> bool:
-        """Whether K = k's rate at its point estimate beats each neighbour K = k +- 1's optimistic rate (`rates`, from
+    def _neighbours_settled(self, k: int, rows: np.ndarray, seconds: np.ndarray) -> bool:
+        """Whether K = k's rate at its point estimate beats each neighbour K = k +- 1's optimistic rate (from
         optimistic_prior_by_k): then exploring the neighbours less often loses little. A neighbour whose acceptance
         rests on few steps anchored by its own drafts has a wide bound and keeps being explored every
         `explore_every` steps."""
-        gain, _ = self.expected_by_k(self.acceptance())
-        rate = gain[rows, np.minimum(k, self.cap[rows])].sum() / max(seconds[k], 1e-9)
-        return all(rates[n] < rate for n in (k - 1, k + 1) if 0 <= n <= self.k_max)
+        acceptance = self.acceptance()
+        point, _ = self.expected_by_k(acceptance)
+        bound, _ = self.expected_by_k(acceptance, self.optimistic_prior_by_k())
+        rate = lambda gain, n: gain[rows, np.minimum(n, self.cap[rows])].sum() / max(seconds[n], 1e-9)  # noqa: E731
+        return all(rate(bound, n) < rate(point, k) for n in (k - 1, k + 1) if 0 <= n <= self.k_max)
 
     def best_k(self, live: np.ndarray, seconds: np.ndarray, verify: np.ndarray | None = None) -> tuple[int, np.ndarray]:
         """(K, [N] k_b): the batch K maximising sum_b E_b(min(K, cap_b)) / T(B, K), then per slot the positions
         worth their verify cost at that rate: keep draft j iff P(draft j accepted) >= rate * c, c = (V(B, K) -
         V(B, 0)) / (drafts at K), V the verify part of the step (a substep is shared by the batch: dropping one
         slot's draft saves only its verify token). verify None: T itself."""
-        # optimism where the evidence is thin: a K whose own steps were few (and unlucky) is tried again rather than
-        # written off for good (at batch 1 a K is otherwise seen only in explorations, one anchored step each)
-        gain, reach_by_k = self.expected_by_k(self.acceptance(), self.optimistic_prior_by_k())  # [N, K + 1], [K + 1, N, K]
+        gain, reach_by_k = self.expected_by_k(self.acceptance(), self.optimistic_prior_by_k() if self.optimism else None)
         rows = np.flatnonzero(live)
         k_b = np.minimum(np.arange(self.k_max + 1)[:, None], self.cap[rows][None, :])  # [K + 1, B]
         rates = np.take_along_axis(gain[rows].T, k_b, axis=0).sum(axis=1) / np.maximum(seconds, 1e-9)  # [K + 1]
@@ -442,7 +443,7 @@ class AdaptivePolicy(SpeculationPolicy):
         if best != self.kept_k:
             self.explore_interval = self.explore_every
         elif (self.explored and self.total_reaches[0] >= self.admit_min_reaches
-              and self._neighbours_settled(best, rows, rates, seconds)):
+              and self._neighbours_settled(best, rows, seconds)):
             # the exploration confirmed the choice: explore less often, once the acceptance rests on evidence (a
             # choice of K = 0 made on a few early verifications gathers none but in explorations; at batch 1 an
             # exploration of K - 1 brings 2 verifications anchored by it, and its acceptance can differ from K's)
