@@ -286,3 +286,30 @@ def test_paged_attention_bf16_cuda_captures_in_cuda_graph():
     s.synchronize()
     out = (cp.asnumpy(arrays["out"]).astype(np.uint32) << 16).view(np.float32)
     np.testing.assert_array_equal(out, want[0])
+
+
+# Decode histories around the chunk edges (127 / 128, 255 / 256), inside one chunk, and up to 16 chunks.
+DECODE_DECS = [0, 1, 62, 127, 128, 129, 255, 383, 640, 1023, 1500, 2047]
+
+
+@pytest.mark.parametrize("heads, head_dim", [((9, 3), 64), ((32, 8), 128)], ids=["smollm2", "llama3"])
+def test_paged_attention_bf16_cuda_decode_rows_same_bits_alone_batched_and_per_stream(heads, head_dim):
+    """Decode steps (one query per slot, block size 64): each slot's row has the same bits in a batch of 37 slots on
+    the default stream (three launches) and on a stream of its own (sm_90: the chunk kernel appends, then the
+    combine), in a batch of its first 5 slots, and alone (T_cap 1: many splits; sm_90: the fused launch for long
+    histories), and agrees with the reference."""
+    rng = np.random.default_rng(head_dim)
+    decs = [DECODE_DECS[i % len(DECODE_DECS)] + 7 * (i // len(DECODE_DECS)) for i in range(37)]
+    slots = _slots(rng, [(dec, 1) for dec in decs], heads, head_dim)
+    batch = pack_case(rng, slots, 64, pad_rows=0, garbage="nan", dtype="bfloat16")
+    s = cp.cuda.Stream(non_blocking=True)
+    want = run_cuda(batch, "bfloat16")
+    got = _on_stream(batch, s)
+    for name, x, y in zip(("out", "key_cache", "value_cache"), want, got):
+        assert np.array_equal(x, y, equal_nan=True), name
+    check_against_reference(got, batch, TOL)
+    first5 = _on_stream(pack_case(rng, slots[:5], 64, pad_rows=0, garbage="nan", dtype="bfloat16"), s)[0]
+    assert np.array_equal(first5, got[0][:5])
+    for i in (0, 3, 4, 5, 11, 20, 36):
+        alone = _on_stream(pack_case(rng, [slots[i]], 64, pad_rows=0, garbage="nan", dtype="bfloat16"), s)[0]
+        assert np.array_equal(alone[0], got[0][i]), f"slot {i} (dec {decs[i]})"

@@ -2,9 +2,10 @@
 // append this step's K/V to the paged cache, then causal attention of each packed query row over its
 // slot's cache, float32 scores, softmax and accumulation (definition: cpu_ops/paged_attention.cc,
 // docs/spec.md §4.9). Shapes as in paged_attention.h; q, k, v, caches and out bfloat16.
-// Three launches on the caller's stream (on sm_90 and a stream of its own, the second and third are programmatic
-// dependent launches: each starts while the one before drains, reads only the index tensors, q and the block table
-// until griddepcontrol.wait, and writes nothing before it):
+// Three launches on the caller's stream (on sm_90 and a stream of its own, only for grids past the two-launch and
+// fused ones below; there the second and third are programmatic dependent launches: each starts while the one
+// before drains, reads only the index tensors, q and the block table until griddepcontrol.wait, and writes nothing
+// before it):
 //   1. AppendKernel: k[t], v[t] to the row's position (paged_kv.cuh's AppendKernel, with 16-byte copies).
 //   2. ChunkKernel: one block of 4 warps per (query tile, kv head, head group, split). A query tile is
 //      up to QT = 16 / HU consecutive rows of one slot (the first at a local index that is a multiple of
@@ -12,15 +13,20 @@
 //      into chunks of kChunkKeys = 128 at fixed positions (chunk c = keys 128c .. 128c + 127), a chunk
 //      into two tiles of 64 keys, a tile among the warps (warp w: keys 16w .. 16w + 15 of every tile). Split z
 //      takes chunks z, z + S, ...: its tiles stream through a two-stage cp.async ring without a break at chunk
-//      edges (the next chunk's first tile is in flight while a chunk's states merge; each tile looks its keys up
-//      in the block table itself). Each warp keeps its own online softmax over its keys (S = Q K^T on tensor
-//      cores, scaled by scale * log2(e), masked past the row's position, m, l, P = exp2(S - m) rounded to bf16
-//      for P V on tensor cores); at the chunk's end the four warp states are merged in warp order into the
-//      chunk's (m, l, O), through the ring stage just consumed. A row whose position p < 128 has one chunk and
-//      gets out = O / l here; other rows store the chunk's state in the workspace. S (chosen by the launcher
-//      from the grid size) picks which block computes a chunk, never how.
+//      edges (the next chunk's first tile is in flight while a chunk's states merge; a tile's block-table entry is
+//      read one tile ahead, the first two beside the rows' index loads). Each warp keeps its own online softmax
+//      over its keys (S = Q K^T on tensor cores, scaled by scale * log2(e), masked past the row's position, m, l,
+//      P = exp2(S - m) rounded to bf16 for P V on tensor cores); at the chunk's end the four warp states are
+//      merged in warp order into the chunk's (m, l, O), through the ring stage just consumed (8 threads per row,
+//      each computing the row's weights itself: one barrier between the warps' stores and the merge). A row whose
+//      position p < 128 has one chunk and gets out = O / l here; other rows store the chunk's state in the
+//      workspace. S (chosen by the launcher from the grid size: about two waves of resident blocks) picks which
+//      block computes a chunk, never how.
 //   3. CombineKernel: one block per (packed row, head); rows with chunks 0 .. p / 128 (more than one)
 //      merge their chunk states in chunk order; rows that cannot be computed get zeros.
+// Two launches (sm_90, a stream of the caller's own, at most 384 chunk blocks, not fused): ChunkKernel<..., true>
+// without clusters (the append and this step's keys as in the fused launch below; no chunk merge), then
+// CombineKernel.
 // Fused launch (sm_90, a stream of the caller's own, 9 .. 16 splits and at most 768 blocks: small batch, long
 // history): ChunkKernel<..., true> alone, its S splits of a query tile one thread-block cluster. Block (t, kv head,
 // head group 0, split 0) appends row t's k, v of its kv head; split 0 zeroes row t's heads if no computed query
@@ -66,12 +72,17 @@ constexpr int kPad = 8;                          // bf16 per shared row: ldmatri
 constexpr int kMaxHeadDim = 256;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kMaxGrid = 65535;
+constexpr int kCombinePre = 16;  // chunk states per column that CombineKernel reads ahead
 constexpr int kTargetBlocks = 1056;              // about 8 blocks per SM of an H100 / H200
+constexpr int64_t kWaves = 2;                    // three / two launches: chunk blocks of about two waves
 // The fused launch (sm_90) where it measured faster than three launches on an H200: 9 .. 16 splits (one cluster
 // of blocks, non-portable past 8) and at most kFusedMaxBlocks blocks (about two waves of head_dim-128 blocks).
 constexpr int kFusedMinSplits = 9;
 constexpr int kMaxCluster = 16;
 constexpr int64_t kFusedMaxBlocks = 768;
+// The two-launch path (sm_90, not fused) where it measured faster than three launches on an H200: grids of at most
+// this many chunk blocks (SmolLM2 ctx 512 batch 32: 11.5 -> 10.1 us; larger grids lost up to 15%).
+constexpr int64_t kTwoLaunchMaxBlocks = 384;
 constexpr int kStages = 2;  // tiles in the cp.async ring
 
 struct Tiling {
@@ -144,26 +155,31 @@ __device__ __forceinline__ Row ResolveRowFast(const Params& a, int t) {
 // of k and v.
 struct Step {
   int64_t cu, dec;
+  int64_t t0;     // the block's first row
+  uint32_t own;   // bit i: row t0 + i is one of the tile's computed rows (so of slot b)
 };
+
+// A tile of 64 keys lies in one cache block (one table lookup per tile) when the block size is a multiple of 64.
+__host__ __device__ __forceinline__ bool OneBlockTiles(const Params& a) { return a.block_size % kTileKeys == 0; }
 
 // Stages keys [key0, key0 + 64) of slot b, kv head g into (Ks, Vs), looking each key's block up in the table; keys
 // at or past n_keys, in a block that is not valid, or columns past head_dim are zero-filled (masked keys then add
 // exact zeros: P = 0 times a zero V). key0 < n_keys <= max_blocks * block_size. kFused: this step's keys come from
 // k and v (the rows that the fused kernel's own blocks append; a row that appends nothing leaves the cache's key),
 // the same values the cache holds after the append.
+// tile_block: the table entry of key0 when the tile lies in one cache block (OneBlockTiles), read ahead by the caller.
 template <int DP, bool kVec, bool kFused>
 __device__ __forceinline__ void LoadTile(const Params& a, int b, int g, int key0, int64_t n_keys, Step step,
-                                         const bf16* __restrict__ k, const bf16* __restrict__ v,
-                                         const bf16* __restrict__ kc, const bf16* __restrict__ vc, bf16* Ks,
-                                         bf16* Vs) {
+                                         int32_t tile_block, const bf16* __restrict__ k,
+                                         const bf16* __restrict__ v, const bf16* __restrict__ kc,
+                                         const bf16* __restrict__ vc, bf16* Ks, bf16* Vs) {
   constexpr int kChunksPerRow = DP / 8;
   const int D = a.head_dim, bs = a.block_size;
   const int32_t* table = a.block_tables + static_cast<int64_t>(b) * a.max_blocks;
-  const bool one_block = bs % kTileKeys == 0;  // the tile lies in one cache block: one lookup
+  const bool one_block = OneBlockTiles(a);
   int64_t base = -1;
-  if (one_block) {
-    const int32_t block = table[key0 / bs];
-    if (block >= 0 && block < a.num_blocks) base = ((static_cast<int64_t>(block) * a.num_kv_heads + g) * bs + key0 % bs) * D;
+  if (one_block && tile_block >= 0 && tile_block < a.num_blocks) {
+    base = ((static_cast<int64_t>(tile_block) * a.num_kv_heads + g) * bs + key0 % bs) * D;
   }
   for (int e = threadIdx.x; e < kTileKeys * kChunksPerRow; e += kThreads) {
     const int key = e / kChunksPerRow, col = (e % kChunksPerRow) * 8;
@@ -185,7 +201,8 @@ __device__ __forceinline__ void LoadTile(const Params& a, int b, int g, int key0
     if constexpr (kFused) {
       if (ok && pos >= step.dec) {
         const int64_t ts = step.cu + (pos - step.dec);  // <= the tile's last row: a row of the launch
-        if (a.batch_id_per_token[ts] == b) {
+        const int64_t qi = ts - step.t0;                 // the tile's own rows need no lookup (decode: all)
+        if ((qi >= 0 && qi < kRows && (step.own >> qi) & 1u) || a.batch_id_per_token[ts] == b) {
           const int64_t src = (ts * a.num_kv_heads + g) * D;
           krow = k + src, vrow = v + src;
         }
@@ -311,8 +328,6 @@ struct TileRows {
   int64_t p[kRows];  // position, -1: not a row of this block
   int t[kRows], h[kRows];
   float warp_m[kWarps][kRows], warp_l[kWarps][kRows];
-  float f[kWarps][kRows];  // a warp's weight in the chunk merge: exp2(m_w - m)
-  float m[kRows], l[kRows];
 };
 
 // The end of chunk c: the four warp states merge in warp order (through `merge`, the ring stage just consumed:
@@ -345,39 +360,47 @@ __device__ __forceinline__ void MergeChunk(const Params& a, const Tiling& g, War
     for (int n = 0; n < DP / 8; ++n) *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(st.acc[n][2 * r], st.acc[n][2 * r + 1]);
   }
   __syncthreads();
-  if (threadIdx.x < kRows) {  // per row: m, the warp weights and l, in warp order
-    const int r = threadIdx.x;
-    const int64_t p = rows.p[r];
-    if (p >= 0 && p / kChunkKeys >= c) {
-      float m = -INFINITY;
-      for (int w = 0; w < kWarps; ++w) m = fmaxf(m, rows.warp_m[w][r]);  // finite: key 128c <= p is in
-      float l = 0.0f;
-      for (int w = 0; w < kWarps; ++w) {
-        const float f = exp2f(__fsub_rn(rows.warp_m[w][r], m));
-        rows.f[w][r] = f;
-        l = __fadd_rn(l, __fmul_rn(rows.warp_l[w][r], f));
-      }
-      rows.m[r] = m;
-      rows.l[r] = l;
-    }
-  }
-  __syncthreads();
-  const int D = a.head_dim;
-  for (int e = threadIdx.x; e < kRows * DP; e += kThreads) {
-    const int r = e / DP, d = e % DP;
-    const int64_t p = rows.p[r];
-    if (p < 0 || d >= D || p / kChunkKeys < c) continue;
-    float o = 0.0f;
+  // Thread (row r, part) merges row r's columns 4 part + 32 j .. + 3 (16-byte reads of `merge`). Each of a row's
+  // threads computes the row's m, warp weights exp2(m_w - m) and l in warp order itself: the same bits in each.
+  constexpr int kPerRow = kThreads / kRows;
+  const int r = threadIdx.x / kPerRow, part = threadIdx.x % kPerRow;
+  const int64_t p = rows.p[r];
+  if (p >= 0 && p / kChunkKeys >= c) {  // a row that reaches chunk c
+    float m = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) o = __fadd_rn(o, __fmul_rn(merge[(w * kRows + r) * kMS + d], rows.f[w][r]));
-    const int t = rows.t[r], h = rows.h[r];
-    if (p < kChunkKeys) {
-      out[(static_cast<int64_t>(t) * a.num_heads + h) * D + d] =
-          __float2bfloat16_rn(p >= bad_from ? 0.0f : __fdiv_rn(o, rows.l[r]));
-    } else {
-      const int64_t i = PartialIndex(a, g, t, h, c);
-      ws_o[i * D + d] = o;
-      if (d == 0) ws_ml[2 * i] = rows.m[r], ws_ml[2 * i + 1] = rows.l[r];
+    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, rows.warp_m[w][r]);  // finite: key 128c <= p is in
+    float f[kWarps], l = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      f[w] = exp2f(__fsub_rn(rows.warp_m[w][r], m));
+      l = __fadd_rn(l, __fmul_rn(rows.warp_l[w][r], f[w]));
+    }
+    const int D = a.head_dim, t = rows.t[r], h = rows.h[r];
+    bf16* o_row = out + (static_cast<int64_t>(t) * a.num_heads + h) * D;
+    const int64_t i = PartialIndex(a, g, t, h, c);
+    if (p >= kChunkKeys && part == 0) ws_ml[2 * i] = m, ws_ml[2 * i + 1] = l;
+#pragma unroll
+    for (int d0 = 4 * part; d0 < DP; d0 += 4 * kPerRow) {
+      if (d0 >= D) break;
+      float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float4 x = *reinterpret_cast<const float4*>(merge + (w * kRows + r) * kMS + d0);
+        o[0] = __fadd_rn(o[0], __fmul_rn(x.x, f[w]));
+        o[1] = __fadd_rn(o[1], __fmul_rn(x.y, f[w]));
+        o[2] = __fadd_rn(o[2], __fmul_rn(x.z, f[w]));
+        o[3] = __fadd_rn(o[3], __fmul_rn(x.w, f[w]));
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int d = d0 + j;
+        if (d >= D) break;
+        if (p < kChunkKeys) {
+          o_row[d] = __float2bfloat16_rn(p >= bad_from ? 0.0f : __fdiv_rn(o[j], l));
+        } else {
+          ws_o[i * D + d] = o[j];
+        }
+      }
     }
   }
   __syncthreads();  // `merge` and the row values are free
@@ -423,7 +446,7 @@ template <int DP, bool kVec, bool kFused>
 __global__ void __launch_bounds__(kThreads)
     ChunkKernel(Params a, Tiling g, const bf16* __restrict__ q, const bf16* __restrict__ k,
                 const bf16* __restrict__ v, bf16* __restrict__ kc, bf16* __restrict__ vc, bf16* __restrict__ out,
-                float* __restrict__ ws_o, float* __restrict__ ws_ml) {
+                float* __restrict__ ws_o, float* __restrict__ ws_ml, int cluster_merge) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
   bf16* ring = Qs + Smem<DP>::kQ;  // stage s: K at ring + 2s tiles, V one tile further
@@ -432,6 +455,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ Row row0;       // row t0 (kFused: for its append)
   __shared__ int row0_zero;  // kFused: row t0 is in no computed query tile (its heads of this block are zero)
   __shared__ int first_bad;  // kFused: the slot's first missing block among the tile's positions (INT_MAX: none)
+  __shared__ int32_t first_entries[kStages];  // table entries of tile slots 0, 1 (OneBlockTiles), read early
 
   if (kFused) WaitPrevious();  // the previous kernel of the stream may write any input
   LaunchDependents();
@@ -467,6 +491,22 @@ __global__ void __launch_bounds__(kThreads)
       first_bad = INT32_MAX;
     }
   }
+  const int z = blockIdx.z, splits = gridDim.z;
+  // Tile slot i of this block: tile i % 2 of chunk z + S (i / 2) (the main loop's order below).
+  auto slot_key0 = [&](int i) {
+    return static_cast<int64_t>(z + splits * (i / 2)) * kChunkKeys + (i % 2) * kTileKeys;
+  };
+  if (threadIdx.x >= 64 && threadIdx.x < 64 + kStages) {  // the first tiles' table entries, beside the rows' loads
+    const int i = threadIdx.x - 64;
+    const int b0 = a.batch_id_per_token[t0];
+    int32_t e = -1;
+    // Key slot_key0(i) < max_blocks * block_size: a table column (if the tile is past the row's keys, unused).
+    if (OneBlockTiles(a) && b0 >= 0 && b0 < a.bsz && z + splits * (i / 2) < g.nc &&
+        slot_key0(i) < static_cast<int64_t>(a.max_blocks) * a.block_size) {
+      e = a.block_tables[static_cast<int64_t>(b0) * a.max_blocks + slot_key0(i) / a.block_size];
+    }
+    first_entries[i] = e;
+  }
   if (kFused && threadIdx.x == 32) {  // is row t0 in a computed query tile (its own or an earlier row's)?
     const Row r0 = ResolveRowFast(a, t0);
     int zero = r0.slot < 0;
@@ -475,7 +515,6 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   if (!kFused) WaitPrevious();  // the append's cache writes are visible from here on
-  const int z = blockIdx.z, splits = gridDim.z;
   if (kFused && z == 0) {
     const Row r0 = row0;
     if (sg == 0 && r0.slot >= 0) {  // AppendKernel's work for row t0, kv head kvh
@@ -488,7 +527,7 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-    if (row0_zero) {  // CombineKernel's zero row, for this block's heads
+    if (cluster_merge && row0_zero) {  // CombineKernel's zero row, for this block's heads
       for (int e = threadIdx.x; e < g.hu * D; e += kThreads) {
         const int hj = sg * g.hu + e / D;
         if (hj < g.group) out[(static_cast<int64_t>(t0) * a.num_heads + kvh * g.group + hj) * D + e % D] = __float2bfloat16_rn(0.0f);
@@ -502,17 +541,18 @@ __global__ void __launch_bounds__(kThreads)
   const int b = lead_slot;
   // Unfused: the blocks past the tile's chunks leave. Fused: a tile of several chunks keeps its whole cluster (the
   // same decision in every block of it) for the merge.
-  if (b < 0 || (kFused ? n_chunks == 1 && z > 0 : z >= n_chunks)) {
+  const bool merge_here = kFused && cluster_merge;
+  if (b < 0 || (merge_here ? n_chunks == 1 && z > 0 : z >= n_chunks)) {
     CpAsyncWait<0>();
     return;
   }
-  if (kFused) {  // CombineKernel's missing-block check, once for the tile: row r is zero if p_r >= bad_from
+  if (merge_here) {  // CombineKernel's missing-block check, once for the tile: row r is zero if p_r >= bad_from
     for (int64_t j = threadIdx.x; j <= p_max / a.block_size; j += kThreads) {
       if (BlockOf(a, b, j * a.block_size) < 0) atomicMin(&first_bad, static_cast<int>(j));
     }
     __syncthreads();
   }
-  const int64_t bad_from = kFused && first_bad != INT32_MAX ? static_cast<int64_t>(first_bad) * a.block_size : INT64_MAX;
+  const int64_t bad_from = merge_here && first_bad != INT32_MAX ? static_cast<int64_t>(first_bad) * a.block_size : INT64_MAX;
   if (z < n_chunks) {
     if (!kVec) {
       for (int e = threadIdx.x; e < kRows * DP; e += kThreads) {
@@ -526,20 +566,28 @@ __global__ void __launch_bounds__(kThreads)
     // The last key each fragment row may see (positions fit in int32: the launcher checks).
     const int lim[2] = {static_cast<int>(rows.p[lane / 4]), static_cast<int>(rows.p[lane / 4 + 8])};
     const float scale_log2 = __fmul_rn(a.scale, kLog2e);
-    const Step st_step{static_cast<int64_t>(t0) - row0.local, row0.pos - row0.local};
+    uint32_t own = 0;
+    for (int qi = 0; qi < g.qt; ++qi) own |= rows.p[qi * g.hu] >= 0 ? 1u << qi : 0u;
+    const Step st_step{static_cast<int64_t>(t0) - row0.local, row0.pos - row0.local, t0, own};
 
-    // Tile slot i: tile i % 2 of chunk z + S (i / 2); a slot past the keys loads and computes nothing.
+    // A slot past the keys loads and computes nothing. A tile's table entry is read one tile ahead of its load.
     const int n_slots = 2 * ((n_chunks - 1 - z) / splits + 1);
-    auto issue = [&](int i) {
-      const int key0 = (z + splits * (i / 2)) * kChunkKeys + (i % 2) * kTileKeys;
+    const int32_t* table = a.block_tables + static_cast<int64_t>(b) * a.max_blocks;
+    auto entry = [&](int i) -> int32_t {
+      return OneBlockTiles(a) && i < n_slots && slot_key0(i) < n_keys ? table[slot_key0(i) / a.block_size] : -1;
+    };
+    auto issue = [&](int i, int32_t tile_block) {
+      const int key0 = static_cast<int>(slot_key0(i));  // < n_keys when used
       bf16* stage = ring + 2 * (i % kStages) * Smem<DP>::kTile;
       if (key0 < n_keys) {
-        LoadTile<DP, kVec, kFused>(a, b, kvh, key0, n_keys, st_step, k, v, kc, vc, stage, stage + Smem<DP>::kTile);
+        LoadTile<DP, kVec, kFused>(a, b, kvh, key0, n_keys, st_step, tile_block, k, v, kc, vc, stage,
+                                   stage + Smem<DP>::kTile);
       }
       CpAsyncCommit();
     };
 #pragma unroll
-    for (int i = 0; i < kStages; ++i) issue(i);
+    for (int i = 0; i < kStages; ++i) issue(i, first_entries[i]);
+    int32_t next_entry = entry(kStages);
     WarpState<DP> st;
     st.Reset();
     QFrags<DP> qf;
@@ -559,14 +607,15 @@ __global__ void __launch_bounds__(kThreads)
         st.Reset();
       }
       if (i + kStages < n_slots) {
-        issue(i + kStages);
+        issue(i + kStages, next_entry);
+        next_entry = entry(i + kStages + 1);
       } else {
         CpAsyncCommit();  // an empty group keeps the wait count
       }
     }
   }
   CpAsyncWait<0>();
-  if (kFused && n_chunks > 1) {
+  if (merge_here && n_chunks > 1) {
     __threadfence();
     if (splits > 1) {
       ClusterSync();
@@ -605,6 +654,12 @@ __global__ void __launch_bounds__(kThreads)
   if (r.pos < kChunkKeys) return;  // one chunk: ChunkKernel wrote the row
   const int n_chunks = static_cast<int>(r.pos / kChunkKeys) + 1;
   const int64_t i0 = PartialIndex(a, g, t, h, 0);
+  // The first kPre chunk states of this thread's first column, read beside the chunks' m and l (one round trip).
+  float o_pre[kCombinePre];
+#pragma unroll
+  for (int c = 0; c < kCombinePre; ++c) {
+    o_pre[c] = c < n_chunks && threadIdx.x < D ? ws_o[(i0 + c) * D + threadIdx.x] : 0.0f;
+  }
   float* s_m = s_f + g.nc + 1;  // [nc] m_c, then [nc] l_c
   for (int c = threadIdx.x; c < n_chunks; c += kThreads) s_m[c] = ws_ml[2 * (i0 + c)], s_m[g.nc + c] = ws_ml[2 * (i0 + c) + 1];
   __syncthreads();
@@ -622,8 +677,15 @@ __global__ void __launch_bounds__(kThreads)
   const float l = s_f[g.nc];
   for (int d = threadIdx.x; d < D; d += kThreads) {
     float o = 0.0f;
+    int c = 0;
+    if (d == threadIdx.x) {
+#pragma unroll
+      for (; c < kCombinePre; ++c) {
+        if (c < n_chunks) o = __fadd_rn(o, __fmul_rn(o_pre[c], s_f[c]));
+      }
+    }
 #pragma unroll 8
-    for (int c = 0; c < n_chunks; ++c) o = __fadd_rn(o, __fmul_rn(ws_o[(i0 + c) * D + d], s_f[c]));
+    for (; c < n_chunks; ++c) o = __fadd_rn(o, __fmul_rn(ws_o[(i0 + c) * D + d], s_f[c]));
     o_row[d] = __float2bfloat16_rn(__fdiv_rn(o, l));
   }
 }
@@ -636,6 +698,19 @@ Tiling MakeTiling(int num_heads, int num_kv_heads, int block_size, int max_block
   g.nsg = CeilDiv(g.group, g.hu);
   g.nc = CeilDiv(static_cast<int64_t>(max_blocks) * block_size, kChunkKeys);
   return g;
+}
+
+// A chunk kernel's attributes: `bytes` of dynamic shared memory, all of L1 as shared memory (the blocks per SM are
+// bounded by their shared memory; cp.async.cg skips L1), clusters past 8 blocks when big_cluster.
+template <typename Kernel>
+cudaError_t SetChunkAttributes(Kernel kernel, int bytes, bool big_cluster) {
+  cudaError_t err = cudaSuccess;
+  if (bytes > 48 * 1024) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  }
+  if (err == cudaSuccess && big_cluster) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  return err;
 }
 
 // kernel<<<grid, kThreads, bytes, stream>>>(args...), as a programmatic dependent launch when pdl, in clusters of
@@ -665,37 +740,57 @@ cudaError_t Launch(bool pdl, int cluster_z, void (*kernel)(KArgs...), dim3 grid,
   return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
+// The three-launch chunk kernel's resident blocks per SM (its shared-memory attributes set first); 0 on an error.
+template <int DP, bool kVec>
+int ChunkBlocksPerSm() {
+  auto kernel = ChunkKernel<DP, kVec, false>;
+  const int bytes = Smem<DP>::kBytes;
+  int n = 0;
+  if (SetChunkAttributes(kernel, bytes, false) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, bytes) != cudaSuccess) {
+    return 0;
+  }
+  return n;
+}
+
+template <bool kVec>
+int ChunkBlocksPerSmFor(int dp) {
+  switch (dp) {
+    case 32: return ChunkBlocksPerSm<32, kVec>();
+    case 64: return ChunkBlocksPerSm<64, kVec>();
+    case 128: return ChunkBlocksPerSm<128, kVec>();
+    default: return ChunkBlocksPerSm<256, kVec>();
+  }
+}
+
 template <int DP, bool kVec, bool kFused>
-int LaunchChunks(bool pdl, int splits, const Params& a, const Tiling& g, const bf16* q, const bf16* k,
+int LaunchChunks(bool pdl, int splits, int cluster_merge, const Params& a, const Tiling& g, const bf16* q, const bf16* k,
                  const bf16* v, bf16* kc, bf16* vc, bf16* out, float* ws_o, float* ws_ml, int token_cap,
                  cudaStream_t stream) {
   auto kernel = ChunkKernel<DP, kVec, kFused>;
   const int bytes = Smem<DP>::kBytes;
-  cudaError_t err = cudaSuccess;
-  if (bytes > 48 * 1024) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  // All of L1 as shared memory: the blocks per SM are bounded by their shared memory (cp.async.cg skips L1).
-  if (err == cudaSuccess) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-  }
-  if (err == cudaSuccess && kFused && splits > 8) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-  }
+  const int cluster = kFused && cluster_merge ? splits : 1;
+  const cudaError_t err = SetChunkAttributes(kernel, bytes, cluster > 8);
   if (err != cudaSuccess) return static_cast<int>(err);
   const dim3 grid(static_cast<unsigned>(token_cap), static_cast<unsigned>(a.num_kv_heads * g.nsg),
                   static_cast<unsigned>(splits));
-  return static_cast<int>(Launch(pdl, kFused ? splits : 1, kernel, grid, bytes, stream, a, g, q, k, v, kc, vc, out,
-                                 ws_o, ws_ml));
+  return static_cast<int>(Launch(pdl, cluster, kernel, grid, bytes, stream, a, g, q, k, v, kc, vc, out, ws_o, ws_ml,
+                                 cluster_merge));
 }
 
 template <bool kVec, bool kFused>
-int LaunchFor(int dp, bool pdl, int splits, const Params& a, const Tiling& g, const bf16* q, const bf16* k,
+int LaunchFor(int dp, bool pdl, int splits, int cluster_merge, const Params& a, const Tiling& g, const bf16* q, const bf16* k,
               const bf16* v, bf16* kc, bf16* vc, bf16* out, float* ws_o, float* ws_ml, int token_cap,
               cudaStream_t stream) {
   switch (dp) {
-    case 32: return LaunchChunks<32, kVec, kFused>(pdl, splits, a, g, q, k, v, kc, vc, out, ws_o, ws_ml, token_cap, stream);
-    case 64: return LaunchChunks<64, kVec, kFused>(pdl, splits, a, g, q, k, v, kc, vc, out, ws_o, ws_ml, token_cap, stream);
-    case 128: return LaunchChunks<128, kVec, kFused>(pdl, splits, a, g, q, k, v, kc, vc, out, ws_o, ws_ml, token_cap, stream);
-    default: return LaunchChunks<256, kVec, kFused>(pdl, splits, a, g, q, k, v, kc, vc, out, ws_o, ws_ml, token_cap, stream);
+    case 32: return LaunchChunks<32, kVec, kFused>(pdl, splits, cluster_merge, a, g, q, k, v, kc, vc, out, ws_o, ws_ml,
+                                                     token_cap, stream);
+    case 64: return LaunchChunks<64, kVec, kFused>(pdl, splits, cluster_merge, a, g, q, k, v, kc, vc, out, ws_o, ws_ml,
+                                                     token_cap, stream);
+    case 128: return LaunchChunks<128, kVec, kFused>(pdl, splits, cluster_merge, a, g, q, k, v, kc, vc, out, ws_o, ws_ml,
+                                                     token_cap, stream);
+    default: return LaunchChunks<256, kVec, kFused>(pdl, splits, cluster_merge, a, g, q, k, v, kc, vc, out, ws_o, ws_ml,
+                                                     token_cap, stream);
   }
 }
 
@@ -735,43 +830,60 @@ extern "C" int specworker_paged_attention_bf16_launch(
   if (err != cudaSuccess) return static_cast<int>(err);
   if (major < 8) return static_cast<int>(cudaErrorNotSupported);  // no bf16 MMA / cp.async before sm_80
   const int dp = head_dim <= 32 ? 32 : head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256;
+  const bool vec = head_dim % 8 == 0 && Aligned16(q) && Aligned16(k) && Aligned16(v) && Aligned16(key_cache) &&
+                   Aligned16(value_cache);
   // Splits only spread the chunks over more blocks (file comment): enough to fill the GPU at small batch.
-  const int64_t units = static_cast<int64_t>(token_cap) * num_kv_heads * g.nsg;
-  int splits = CeilDiv(kTargetBlocks, units);
-  splits = splits < g.nc ? splits : g.nc;
-  splits = splits < 1 ? 1 : (splits > kMaxGrid ? kMaxGrid : splits);
+  const int64_t units = static_cast<int64_t>(token_cap) * num_kv_heads * g.nsg;  // grid blocks per split
+  // Query tiles with work, about: one per slot (decode, verify), or token_cap / qt (long prefill).
+  const int64_t tiles = token_cap < bsz ? token_cap : bsz > CeilDiv(token_cap, g.qt) ? bsz : CeilDiv(token_cap, g.qt);
+  const int64_t work_units = (tiles < 1 ? 1 : tiles) * num_kv_heads * g.nsg;
+  const int64_t max_splits = g.nc < kMaxGrid ? g.nc : kMaxGrid;
+  auto clamp_splits = [&](int64_t s) { return static_cast<int>(s < 1 ? 1 : s < max_splits ? s : max_splits); };
+  int splits = clamp_splits(CeilDiv(kTargetBlocks, units));
   // Programmatic dependent launches from sm_90, on a stream of the caller's own (not the legacy or per-thread
   // default stream). There, a small grid of many splits (small batch, long history) takes one fused launch (a
   // cluster per query tile); else three launches, the path the GPU tests compare the fused one with (same bits).
   const bool pdl = major >= 9 && stream != nullptr && stream != cudaStreamLegacy && stream != cudaStreamPerThread;
   const int max_cluster = dp < 256 ? kMaxCluster : 8;  // head_dim 256: one block per SM, 8 per cluster (portable)
   const bool fused = pdl && splits >= kFusedMinSplits && splits <= max_cluster && units * splits <= kFusedMaxBlocks;
+  bool two_launches = false;
+  if (!fused) {
+    // About kWaves waves of the three-launch chunk kernel's resident blocks, counting the query tiles with work (fewer,
+    // longer blocks than kTargetBlocks where fewer fit per SM: at head_dim 128, 3 per SM; more splits for verify
+    // steps, whose token_cap rows are a quarter as many tiles).
+    int sms = 0;
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (err != cudaSuccess) return static_cast<int>(err);
+    const int per_sm = vec ? ChunkBlocksPerSmFor<true>(dp) : ChunkBlocksPerSmFor<false>(dp);
+    if (per_sm > 0) splits = clamp_splits(kWaves * per_sm * sms / work_units);
+    two_launches = pdl && units * splits <= kTwoLaunchMaxBlocks;
+  }
 
   const Params a{block_tables, cu_seqlens_q, seq_lens_decoder, seq_lens_this_time, batch_id_per_token, bsz,
                  num_heads, num_kv_heads, head_dim, num_blocks, block_size, max_blocks_per_seq, scale};
-  const bool vec = head_dim % 8 == 0 && Aligned16(q) && Aligned16(k) && Aligned16(v) && Aligned16(key_cache) &&
-                   Aligned16(value_cache);
   float* ws_o = workspace;
   float* ws_ml = workspace + static_cast<int64_t>(token_cap) * num_heads * g.nc * head_dim;
-  if (fused) {
-    return vec ? LaunchFor<true, true>(dp, true, splits, a, g, q, k, v, key_cache, value_cache, out, ws_o, ws_ml,
-                                       token_cap, stream)
-               : LaunchFor<false, true>(dp, true, splits, a, g, q, k, v, key_cache, value_cache, out, ws_o, ws_ml,
-                                        token_cap, stream);
-  }
-  using specworker::paged::AppendKernel;
-  if (vec) {
-    AppendKernel<bf16, uint4, LaunchDependentsHook><<<token_cap, kThreads, 0, stream>>>(a, k, v, key_cache, value_cache);
+  if (fused || two_launches) {  // the chunk kernel appends; fused: its clusters merge, no combine launch
+    const int rc = vec ? LaunchFor<true, true>(dp, true, splits, fused, a, g, q, k, v, key_cache, value_cache, out,
+                                               ws_o, ws_ml, token_cap, stream)
+                       : LaunchFor<false, true>(dp, true, splits, fused, a, g, q, k, v, key_cache, value_cache, out,
+                                                ws_o, ws_ml, token_cap, stream);
+    if (rc != 0 || fused) return rc;
   } else {
-    AppendKernel<bf16, bf16, LaunchDependentsHook><<<token_cap, kThreads, 0, stream>>>(a, k, v, key_cache, value_cache);
+    using specworker::paged::AppendKernel;
+    if (vec) {
+      AppendKernel<bf16, uint4, LaunchDependentsHook><<<token_cap, kThreads, 0, stream>>>(a, k, v, key_cache, value_cache);
+    } else {
+      AppendKernel<bf16, bf16, LaunchDependentsHook><<<token_cap, kThreads, 0, stream>>>(a, k, v, key_cache, value_cache);
+    }
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return static_cast<int>(err);
+    const int rc = vec ? LaunchFor<true, false>(dp, pdl, splits, 0, a, g, q, k, v, key_cache, value_cache, out,
+                                                ws_o, ws_ml, token_cap, stream)
+                       : LaunchFor<false, false>(dp, pdl, splits, 0, a, g, q, k, v, key_cache, value_cache, out,
+                                                 ws_o, ws_ml, token_cap, stream);
+    if (rc != 0) return rc;
   }
-  err = cudaGetLastError();
-  if (err != cudaSuccess) return static_cast<int>(err);
-  const int rc = vec ? LaunchFor<true, false>(dp, pdl, splits, a, g, q, k, v, key_cache, value_cache, out, ws_o,
-                                              ws_ml, token_cap, stream)
-                     : LaunchFor<false, false>(dp, pdl, splits, a, g, q, k, v, key_cache, value_cache, out, ws_o,
-                                               ws_ml, token_cap, stream);
-  if (rc != 0) return rc;
   // The chunk weights and l, then each chunk's m and l, rounded up and padded: the unrolled chunk loop may load
   // the weights 4 at a time.
   const int combine_bytes = ((3 * g.nc + 1 + 7) / 8 * 8 + 8) * 4;
