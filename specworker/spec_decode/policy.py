@@ -140,9 +140,10 @@ class AdaptivePolicy(SpeculationPolicy):
     neighbour of the current K
     (alternately above and below) is held for `hold` steps every `explore_every` decode steps, an interval that
     doubles (up to `explore_max`) each time the exploration leaves the choice as it was (once the worker totals hold
-    `admit_min_reaches` verifications of draft position 1) and returns to
-    `explore_every` when the choice changes. The chosen K changes only when another K's rate beats it by more than
-    `switch_margin`.
+    `admit_min_reaches` verifications of draft position 1, and each neighbour's rate at its optimistic acceptance,
+    `confidence` standard errors up, is below the choice's) and returns to `explore_every` when the choice changes.
+    The chosen K changes only when another K's rate beats it by more than `switch_margin` (`optimism`: the choice
+    reads the optimistic acceptance too; off by default).
     Draft-less admission (`admit`): a request admitted where K = 0 is settled (`prefers_no_drafts`; it also needs
     `admit_min_reaches` verifications of draft position 1 in the worker totals) gets cap 0 for
     its life, so its draft prefill is skipped and a batch of such slots runs no proposer at all. A step holding
