@@ -397,6 +397,13 @@ class WorkerConfig:
         target = BUILTIN_DRAFTS.get(spec.model or "")
         check(target is None or self.model.path == target, "speculative_config.model", spec.model,
               f"a draft of model.path {self.model.path!r}", f"this built-in draft shares the weights of {target!r}")
+        # Every rank runs the same worker and must feed the same tokens: the adaptive policy decides from the wall
+        # seconds each rank measures itself, which differ between ranks (its choices could part, and the ranks'
+        # collectives with them). schedule decides from the batch size alone.
+        check(spec.policy != "adaptive" or self.parallel_config.tensor_parallel_size == 1,
+              "speculative_config.policy", spec.policy,
+              "'fixed' or 'schedule' with parallel_config.tensor_parallel_size > 1",
+              "the adaptive policy decides from each rank's own step timings, which differ between ranks")
         m = self.model
         if m.is_builtin:  # a checkpoint's architecture is checked when its config.json is read
             check_tensor_parallel(self.parallel_config.tensor_parallel_size, num_heads=m.num_heads,

@@ -203,6 +203,9 @@ BAD_CONFIGS = [
     # speculation policy
     bad("unknown_policy", {"speculative_config.policy": "greedy"}, "speculative_config.policy", "'greedy'",
         "'fixed', 'schedule', 'adaptive'"),
+    bad("adaptive_policy_with_tensor_parallel", {"speculative_config.policy": "adaptive",
+                                                 "parallel_config": {"tensor_parallel_size": 2}},
+        "speculative_config.policy", "'adaptive'", "'fixed' or 'schedule' with parallel_config.tensor_parallel_size > 1"),
     bad("policy_without_proposer", {"speculative_config": {"method": "none", "policy": "adaptive"}},
         "speculative_config.policy", "'adaptive'", "'fixed' (or method: mtp, ngram or suffix)"),
     bad("schedule_policy_without_schedule", {"speculative_config.policy": "schedule"}, "speculative_config.schedule",
