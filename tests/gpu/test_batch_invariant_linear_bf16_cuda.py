@@ -165,6 +165,37 @@ def test_batch_invariant_linear_bf16_every_tile_gives_the_same_bits(M, K, N, out
                     assert_same_bits(out, first[0], f"{what} vs {first[1]}")
 
 
+DECODE_TILES = (0, 1, 9)  # the mma.sync tiles the launcher picks for M <= 16 (PickMmaTile)
+
+
+@pytest.mark.parametrize("K,N", [(40, 166400), (40, 166401), (2048, 24320)], ids=lambda v: str(v))
+def test_batch_invariant_linear_bf16_decode_blocks_walking_several_column_tiles_keep_row_bits(K, N):
+    """Decode launches (M <= 16) cap the grid at one wave of resident blocks, and a block then walks several
+    column tiles (a cluster split reuses its ring for the chunk sums after each). N = 166400 / 166401 are 2600
+    / 2601 64-column tiles (the cp.async path and the element loads), more than a wave of tile 0 unless 2600
+    blocks fit on the GPU at once (its 23.5 KB ring: 9 per SM by shared memory, 1188 on the H200);
+    (2048, 24320) splits K in 2 chunks over 380 64-column tiles, more than a wave of tile 9 in clusters of 2
+    on the H200 (4 per SM: 264). Rows at M = 1, 3 and 16 (the launcher's pick)
+    and M = 1 on every decode tile in both split modes must equal the same rows at M = 17 and 64 (other tiles,
+    one column tile per block)."""
+    rng = np.random.default_rng([K, N, 13])
+    x, w, b = bf16_inputs(rng, 64, K, N, True)
+    d_x, d_w, d_b = to_device(x), to_device(w), to_device(b)
+    wide = run_kernel(x, w, b, d_x=d_x)
+    assert_within_bound(wide[:2], x[:2], w, b, OUT_FLOAT32, f"K={K} N={N}: rows 0, 1 at M=64")
+    for m in (1, 3, 16, 17):
+        assert_same_bits(run_kernel(x[:m], w, b, d_x=d_x[:m]), wide[:m],
+                         f"K={K} N={N}: rows 0..{m - 1} at M={m} vs M=64")
+    modes = (SPLIT_PICK,)
+    if len(ref_batch_invariant_linear_bf16_chunks(K, N)) > 1:
+        clusters = int(cp.cuda.Device().compute_capability) >= 90
+        modes = (SPLIT_ONE_BLOCK, SPLIT_CLUSTER) if clusters else (SPLIT_ONE_BLOCK,)
+    for tile in DECODE_TILES:
+        for mode in modes:
+            out = run_tile(d_x[:1], d_w, d_b, 1, K, N, OUT_FLOAT32, tile, mode)
+            assert_same_bits(out, wide[:1], f"K={K} N={N}: M=1 tile {tile} split_mode {mode} vs M=64")
+
+
 def wide_range_bf16_inputs(rng, M: int, K: int, N: int):
     """bfloat16 x, weight and bias whose values stress the tensor cores' internal alignment and rounding: each
     element N(0, 1) times 2^e with e uniform in [-60, 30] (products from about 2^-120, float32 subnormal, to 2^60),

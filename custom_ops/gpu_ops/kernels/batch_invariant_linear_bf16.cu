@@ -7,7 +7,7 @@
 // No atomics. Two instruction families compute a k step: mma.sync m16n8k16 (sm_80 and later: the ten tiles
 // here) and wgmma m64nNk16 (sm_90a builds: batch_invariant_linear_bf16_wgmma.cuh). On sm_90 they give the same bits
 // (the GPU tests assert it for every tile, on normal and on wide-range inputs), so an sm_90a build runs decode
-// (M <= 16) on the mma.sync decode tile and larger M on wgmma; other builds use mma.sync for every M.
+// (M <= 16) on the mma.sync decode tiles and larger M on wgmma; other builds use mma.sync for every M.
 // What a tile shape or split mode decides is which warp issues an output's MMAs and which block adds the chunk
 // sums, never which MMAs or in what order, so a row gives the same bits at every M, every position in the batch,
 // under every tile shape and in both split modes (the GPU tests check all of these). The MMA's internal rounding
@@ -16,7 +16,7 @@
 // fragments. K is walked in BK-wide k tiles through a STAGES-deep shared-memory ring (cp.async 16-byte copies
 // with zero fill, or element loads when K or N is not a multiple of 8 or a pointer is not 16-byte aligned);
 // fragments come from ldmatrix (.trans for the [K, N] weight). grid.x covers the row tiles, grid.y the column
-// tiles (a grid-stride loop past 65535).
+// tiles (a grid-stride loop past 65535; with one row tile, past one wave of resident blocks, in equal shares).
 // Split modes (S > 1): one block walks all chunks of its tile with a second accumulator set for the running sum
 // (kSeq), or, on sm_90, the S blocks of grid.z (one chunk each) form a thread-block cluster: each leaves its chunk
 // sum in shared memory, and after the cluster barrier block z adds the S sums of rows z * BM / S .. in chunk
@@ -78,6 +78,8 @@ struct Plan {
   int splits;       // S
   int chunk_tiles;  // k tiles of the kernel's BK per chunk
   bool cluster;     // S > 1: grid.z = S blocks per output tile in one cluster (else kSeq, one block)
+  int device;       // the current device (ResidentBlocks' cache)
+  int sms;          // its SMs
 };
 
 __device__ __forceinline__ void StoreOut(void* out, int out_dtype, int64_t i, float v) {
@@ -204,8 +206,8 @@ struct Tile {
 // The mma.sync tile shapes, by id (specworker_batch_invariant_linear_bf16_tile_launch). Each gives the same
 // arithmetic per output (file comment); they differ in rows x columns per block, k-tile depth and ring.
 //                 BM   BN  BK WM WN STAGES
-using Tile0 = Tile<16, 32, 64, 1, 4, 4>;    // decode: many narrow column tiles
-using Tile1 = Tile<16, 32, 128, 1, 4, 6>;   // decode, deeper ring (more weight bytes in flight per SM)
+using Tile0 = Tile<16, 64, 32, 1, 2, 4, true>;   // decode, wide N, one chunk: 2 warps, x through L1
+using Tile1 = Tile<16, 128, 64, 1, 4, 3, true>;  // decode, split K with enough 128-column tiles, x through L1
 using Tile2 = Tile<16, 64, 64, 1, 4, 4>;
 using Tile3 = Tile<32, 64, 64, 2, 2, 4>;
 using Tile4 = Tile<64, 64, 32, 2, 2, 4>;
@@ -379,13 +381,45 @@ __global__ void __launch_bounds__(T::kThreads)
   }
 }
 
+// Blocks of LinearBf16Kernel<T, kVec, kSeq> with `bytes` of shared memory (one per tile and split mode) that fit
+// on one SM, asked once per device; 0 when the query fails (the launch then keeps one block per column tile).
+template <class T, bool kVec, bool kSeq>
+int ResidentBlocks(int device, bool cluster, int bytes) {
+  static int cached[2][64];
+  if (device < 0 || device >= 64) return 0;
+  int& c = cached[cluster][device];
+  if (c == 0) {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, LinearBf16Kernel<T, kVec, kSeq>, T::kThreads, bytes) !=
+            cudaSuccess ||
+        n < 1) {
+      n = -1;
+    }
+    c = n;
+  }
+  return c > 0 ? c : 0;
+}
+
 template <class T, bool kVec, bool kSeq>
 int LaunchTile(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias, void* out, int M, int K,
                int N, int out_dtype, const Plan& plan, cudaStream_t stream) {
   const int n_tiles = CeilDiv(N, T::BN);
   const int z = plan.cluster ? plan.splits : 1;
   const int bytes = plan.cluster && T::kPartialBytes > T::kRingBytes ? T::kPartialBytes : T::kRingBytes;
-  const dim3 grid(CeilDiv(M, T::BM), n_tiles < kMaxGridY ? n_tiles : kMaxGridY, z);
+  int grid_y = n_tiles < kMaxGridY ? n_tiles : kMaxGridY;
+  // One row tile (decode): at most one wave of blocks, each walking an equal share of the column tiles (the
+  // kernel's grid-stride loop), so no second, partly filled wave trails behind the first.
+  if (M <= T::BM && plan.sms > 0) {
+    if (bytes > 48 * 1024) {  // the occupancy query counts the opt-in shared memory (Launch sets it too)
+      const cudaError_t err = cudaFuncSetAttribute(LinearBf16Kernel<T, kVec, kSeq>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      if (err != cudaSuccess) return static_cast<int>(err);
+    }
+    const int64_t wave =
+        static_cast<int64_t>(plan.sms) * ResidentBlocks<T, kVec, kSeq>(plan.device, plan.cluster, bytes) / z;
+    if (wave > 0 && n_tiles > wave) grid_y = CeilDiv(n_tiles, CeilDiv(n_tiles, static_cast<int>(wave)));
+  }
+  const dim3 grid(CeilDiv(M, T::BM), grid_y, z);
   return Launch(LinearBf16Kernel<T, kVec, kSeq>, grid, T::kThreads, bytes, stream, x, w, bias, out, M, K, N,
                 out_dtype, plan.chunk_tiles);
 }
@@ -433,10 +467,17 @@ TileInfo InfoOf(int tile, int M, int N) {
 }
 
 // The mma.sync tile for a call, for speed only (every tile gives the same bits). Fitted on H200 sweeps
-// (benchmarks/tuning/bf16_linear_tiles.py): decode (M <= 16) takes the 16 x 64 tile with x through L1; larger M
-// the largest tile that still makes enough blocks to fill the GPU.
-int PickMmaTile(int M, int N) {
-  if (M <= 16) return 9;
+// (benchmarks/tuning/bf16_linear_tiles.py; decode: benchmarks/results/gpu_logs/issue22-gemm-smallm/): decode
+// (M <= 16) streams the weight once, so the tile is chosen for bandwidth: with one k chunk and at least one
+// 64-column tile per SM the two-warp 16 x 64 x 32 tile (small ring, many resident blocks), with S chunks the
+// 16 x 128 tile while its (column tile, chunk) blocks still number 1.25 per SM, else the 16 x 64 x 64 tile with
+// x through L1. Larger M: the largest tile that still makes enough blocks to fill the GPU.
+int PickMmaTile(int M, int N, int splits, int sms) {
+  if (M <= 16) {
+    if (splits == 1 && CeilDiv(N, 64) >= sms) return 0;
+    if (splits > 1 && static_cast<int64_t>(CeilDiv(N, 128)) * splits * 4 >= static_cast<int64_t>(sms) * 5) return 1;
+    return 9;
+  }
   if (InfoOf(6, M, N).blocks >= 264) return 6;
   if (InfoOf(5, M, N).blocks >= 200) return 5;
   if (M > 64 && InfoOf(4, M, N).blocks >= 32) return 4;
@@ -480,9 +521,9 @@ extern "C" int specworker_batch_invariant_linear_bf16_tile_launch(
   if (split_mode == 1 && major < 9) return static_cast<int>(cudaErrorNotSupported);  // clusters from sm_90
   const bool vec = K % 8 == 0 && N % 8 == 0 && Aligned16(x) && Aligned16(weight);
   // sm_90a builds: decode on the mma.sync tile, the rest on wgmma (the two give the same bits: docs/spec.md §4.8).
-  if (tile < 0) tile = wgmma && M > 16 ? kNumMmaTiles + PickWgTile(M, N) : PickMmaTile(M, N);
   const Chunks chunks = ChunksFor(K, N);
-  Plan plan = {chunks.count, chunks.len, false};
+  if (tile < 0) tile = wgmma && M > 16 ? kNumMmaTiles + PickWgTile(M, N) : PickMmaTile(M, N, chunks.count, sms);
+  Plan plan = {chunks.count, chunks.len, false, device, sms};
   if (chunks.count > 1) {
     // A cluster per output tile unless the output tiles alone fill at least 90% of one wave of blocks (or the tile
     // has no one-block split); either way the bits are the same.
