@@ -418,13 +418,14 @@ class AdaptivePolicy(SpeculationPolicy):
             return int(np.clip(k, 0, self.k_max)), self.hold
         return None
 
-    def _neighbours_settled(self, k: int, rows: np.ndarray, seconds: np.ndarray) -> bool:
+    def _neighbours_settled(self, k: int, rows: np.ndarray, seconds: np.ndarray, point: np.ndarray | None) -> bool:
         """Whether K = k's rate at its point estimate beats each neighbour K = k +- 1's optimistic rate (from
         optimistic_prior_by_k): then exploring the neighbours less often loses little. A neighbour whose acceptance
         rests on few steps anchored by its own drafts has a wide bound and keeps being explored every
-        `explore_every` steps."""
+        `explore_every` steps. point: the [N, K + 1] point-estimate gains when the caller has them."""
         acceptance = self.acceptance()
-        point, _ = self.expected_by_k(acceptance)
+        if point is None:
+            point, _ = self.expected_by_k(acceptance)
         bound, _ = self.expected_by_k(acceptance, self.optimistic_prior_by_k())
         rate = lambda gain, n: gain[rows, np.minimum(n, self.cap[rows])].sum() / max(seconds[n], 1e-9)  # noqa: E731
         return all(rate(bound, n) < rate(point, k) for n in (k - 1, k + 1) if 0 <= n <= self.k_max)
@@ -444,7 +445,7 @@ class AdaptivePolicy(SpeculationPolicy):
         if best != self.kept_k:
             self.explore_interval = self.explore_every
         elif (self.explored and self.total_reaches[0] >= self.admit_min_reaches
-              and self._neighbours_settled(best, rows, seconds)):
+              and self._neighbours_settled(best, rows, seconds, None if self.optimism else gain)):
             # the exploration confirmed the choice: explore less often, once the acceptance rests on evidence (a
             # choice of K = 0 made on a few early verifications gathers none but in explorations; at batch 1 an
             # exploration of K - 1 brings 2 verifications anchored by it, and its acceptance can differ from K's)
