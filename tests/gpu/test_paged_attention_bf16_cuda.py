@@ -313,3 +313,29 @@ def test_paged_attention_bf16_cuda_decode_rows_same_bits_alone_batched_and_per_s
     for i in (0, 3, 4, 5, 11, 20, 36):
         alone = _on_stream(pack_case(rng, [slots[i]], 64, pad_rows=0, garbage="nan", dtype="bfloat16"), s)[0]
         assert np.array_equal(alone[0], got[0][i]), f"slot {i} (dec {decs[i]})"
+
+
+# Histories whose last tile is cut at different offsets (1, 63, 64, 65, 127, 191 keys ...), decode and verify rows,
+# one spanning 8 chunks; the cache past each slot's keys is NaN.
+WHOLE_TILE_SPECS = [(0, 1), (62, 1), (63, 1), (64, 1), (100, 4), (126, 4), (190, 1), (255, 4), (300, 1), (1000, 4)]
+
+
+@pytest.mark.parametrize("heads, head_dim", [((9, 3), 64), ((32, 8), 128)], ids=["smollm2", "llama3"])
+def test_paged_attention_bf16_cuda_whole_tile_copies_same_bits_as_per_key_copies(heads, head_dim):
+    """Block sizes 64 and 128 with head_dim 64 / 128 copy a tile of 64 keys as whole rows (index math once per tile;
+    on a stream of the caller's own also in the kernel that appends, for tiles before this step's keys); block size
+    16 looks each key's block up. Both give the same bits, on the default stream and on a stream of its own, and
+    the keys of a cut last tile are zero-filled (a missed fill reads the NaN past the history)."""
+    rng = np.random.default_rng(40 + head_dim)
+    slots = _slots(rng, WHOLE_TILE_SPECS, heads, head_dim)
+    per_key = run_cuda(pack_case(np.random.default_rng(0), slots, 16, pad_rows=0, garbage="nan", dtype="bfloat16"),
+                       "bfloat16")[0]
+    assert np.isfinite(per_key).all()
+    s = cp.cuda.Stream(non_blocking=True)
+    for block_size in (64, 128):
+        case = pack_case(np.random.default_rng(block_size), slots, block_size, pad_rows=0, garbage="nan",
+                         dtype="bfloat16")
+        for name, got in (("default stream", run_cuda(case, "bfloat16")), ("own stream", _on_stream(case, s))):
+            diff = np.abs(got[0] - per_key).max()
+            assert np.array_equal(got[0], per_key), f"block {block_size}, {name}: max |diff| {diff}"
+        check_against_reference(got, case, TOL)

@@ -14,11 +14,15 @@
 //      into two tiles of 64 keys, a tile among the warps (warp w: keys 16w .. 16w + 15 of every tile). Split z
 //      takes chunks z, z + S, ...: its tiles stream through a two-stage cp.async ring without a break at chunk
 //      edges (the next chunk's first tile is in flight while a chunk's states merge; a tile's block-table entry is
-//      read one tile ahead, the first two beside the rows' index loads). Each warp keeps its own online softmax
-//      over its keys (S = Q K^T on tensor cores, scaled by scale * log2(e), masked past the row's position, m, l,
-//      P = exp2(S - m) rounded to bf16 for P V on tensor cores); at the chunk's end the four warp states are
-//      merged in warp order into the chunk's (m, l, O), through the ring stage just consumed (8 threads per row,
-//      each computing the row's weights itself: one barrier between the warps' stores and the merge). A row whose
+//      read one tile ahead, the first two beside the rows' index loads; a tile of 64 whole rows of one cache block,
+//      the common case, is copied with the index math hoisted out of the copy loop: the kernel issues far more
+//      instructions than its bytes need, so the copies' address math was about a third of its time). Each warp keeps
+//      its own online softmax over its keys (S = Q K^T on tensor cores, scaled by scale * log2(e), masked past the
+//      row's position, m, l, P = exp2(S - m) rounded to bf16 for P V on tensor cores; a chunk's first tile skips
+//      rescaling the zero accumulator); at the chunk's end the four warp states are merged in warp order into the
+//      chunk's (m, l, O), through the ring stage just consumed (threads over (row, 4 columns) of the rows that
+//      reach the chunk, each computing its row's weights itself: one barrier between the warps' stores and the
+//      merge). A row whose
 //      position p < 128 has one chunk and gets out = O / l here; other rows store the chunk's state in the
 //      workspace. S (chosen by the launcher from the grid size: about two waves of resident blocks) picks which
 //      block computes a chunk, never how.
@@ -181,6 +185,25 @@ __device__ __forceinline__ void LoadTile(const Params& a, int b, int g, int key0
   if (one_block && tile_block >= 0 && tile_block < a.num_blocks) {
     base = ((static_cast<int64_t>(tile_block) * a.num_kv_heads + g) * bs + key0 % bs) * D;
   }
+  if (kVec && one_block && base >= 0 && D == DP && (!kFused || key0 + kTileKeys <= step.dec)) {
+    // The common tile: 64 whole rows of one cache block, contiguous, all from the cache (none of this step's keys
+    // in the fused kernel): the same copies as below with the index math hoisted. Thread x copies column chunk
+    // x % kChunksPerRow of keys x / kChunksPerRow + kPass j; keys at or past n_keys are zero-filled.
+    constexpr int kPass = kThreads / kChunksPerRow;  // keys per pass of the block's threads
+    const int key = threadIdx.x / kChunksPerRow, col = (threadIdx.x % kChunksPerRow) * 8;
+    const int64_t n_valid = n_keys - key0;
+    const bf16* ks = kc + base + key * DP + col;
+    const bf16* vs = vc + base + key * DP + col;
+    bf16* kd = Ks + key * Smem<DP>::kStride + col;
+    bf16* vd = Vs + key * Smem<DP>::kStride + col;
+#pragma unroll
+    for (int j = 0; j < kTileKeys / kPass; ++j) {
+      const bool ok = key + j * kPass < n_valid;
+      CpAsync16(kd + j * kPass * Smem<DP>::kStride, ok ? ks + j * kPass * DP : kc, ok);
+      CpAsync16(vd + j * kPass * Smem<DP>::kStride, ok ? vs + j * kPass * DP : vc, ok);
+    }
+    return;
+  }
   for (int e = threadIdx.x; e < kTileKeys * kChunksPerRow; e += kThreads) {
     const int key = e / kChunksPerRow, col = (e % kChunksPerRow) * 8;
     const int pos = key0 + key;
@@ -255,7 +278,7 @@ struct QFrags {
 template <int DP>
 __device__ __forceinline__ void WarpTile(WarpState<DP>& st, const QFrags<DP>& qf, const bf16* Qs, const bf16* Ks,
                                          const bf16* Vs, int warp, int lane, int kb, const int (&lim)[2],
-                                         float scale_log2) {
+                                         float scale_log2, bool zero_acc) {
   constexpr int S = Smem<DP>::kStride;
   float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};  // [key n-tile][fragment]
 #pragma unroll
@@ -308,10 +331,12 @@ __device__ __forceinline__ void WarpTile(WarpState<DP>& st, const QFrags<DP>& qf
   // P as the A operand: the S fragments of key n-tiles 0 and 1 are its k columns 0-7 and 8-15.
   const uint32_t pa[4] = {PackBf16(s[0][0], s[0][1]), PackBf16(s[0][2], s[0][3]), PackBf16(s[1][0], s[1][1]),
                           PackBf16(s[1][2], s[1][3])};
+  if (!zero_acc) {  // a zero accumulator (a chunk's first tile) stays zero: corr is finite
 #pragma unroll
-  for (int n = 0; n < DP / 8; ++n) {
+    for (int n = 0; n < DP / 8; ++n) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) st.acc[n][j] = __fmul_rn(st.acc[n][j], corr[j / 2]);
+      for (int j = 0; j < 4; ++j) st.acc[n][j] = __fmul_rn(st.acc[n][j], corr[j / 2]);
+    }
   }
 #pragma unroll
   for (int n0 = 0; n0 < DP; n0 += 16) {
@@ -360,12 +385,16 @@ __device__ __forceinline__ void MergeChunk(const Params& a, const Tiling& g, War
     for (int n = 0; n < DP / 8; ++n) *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(st.acc[n][2 * r], st.acc[n][2 * r + 1]);
   }
   __syncthreads();
-  // Thread (row r, part) merges row r's columns 4 part + 32 j .. + 3 (16-byte reads of `merge`). Each of a row's
-  // threads computes the row's m, warp weights exp2(m_w - m) and l in warp order itself: the same bits in each.
-  constexpr int kPerRow = kThreads / kRows;
-  const int r = threadIdx.x / kPerRow, part = threadIdx.x % kPerRow;
-  const int64_t p = rows.p[r];
-  if (p >= 0 && p / kChunkKeys >= c) {  // a row that reaches chunk c
+  // Threads over (row, 4 columns) units, row-major: the rows that reach chunk c (decode: the first hu rows) fill the
+  // first units, so every thread has about the same share. Each unit computes its row's m, warp weights
+  // exp2(m_w - m) and l in warp order itself (the same bits in each), then its 4 columns (16-byte reads of
+  // `merge`, a 16-byte store of the chunk's state where the workspace allows).
+  const int D = a.head_dim, groups = (D + 3) / 4;
+  const bool vec_ws = D % 4 == 0 && reinterpret_cast<uintptr_t>(ws_o) % 16 == 0;
+  for (int u = threadIdx.x; u < kRows * groups; u += kThreads) {
+    const int r = u / groups, d0 = 4 * (u % groups);
+    const int64_t p = rows.p[r];
+    if (p < 0 || p / kChunkKeys < c) continue;  // not a row, or it does not reach chunk c
     float m = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) m = fmaxf(m, rows.warp_m[w][r]);  // finite: key 128c <= p is in
@@ -375,31 +404,31 @@ __device__ __forceinline__ void MergeChunk(const Params& a, const Tiling& g, War
       f[w] = exp2f(__fsub_rn(rows.warp_m[w][r], m));
       l = __fadd_rn(l, __fmul_rn(rows.warp_l[w][r], f[w]));
     }
-    const int D = a.head_dim, t = rows.t[r], h = rows.h[r];
-    bf16* o_row = out + (static_cast<int64_t>(t) * a.num_heads + h) * D;
+    const int t = rows.t[r], h = rows.h[r];
     const int64_t i = PartialIndex(a, g, t, h, c);
-    if (p >= kChunkKeys && part == 0) ws_ml[2 * i] = m, ws_ml[2 * i + 1] = l;
+    if (p >= kChunkKeys && d0 == 0) ws_ml[2 * i] = m, ws_ml[2 * i + 1] = l;
+    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-    for (int d0 = 4 * part; d0 < DP; d0 += 4 * kPerRow) {
-      if (d0 >= D) break;
-      float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int w = 0; w < kWarps; ++w) {
+      const float4 x = *reinterpret_cast<const float4*>(merge + (w * kRows + r) * kMS + d0);
+      o[0] = __fadd_rn(o[0], __fmul_rn(x.x, f[w]));
+      o[1] = __fadd_rn(o[1], __fmul_rn(x.y, f[w]));
+      o[2] = __fadd_rn(o[2], __fmul_rn(x.z, f[w]));
+      o[3] = __fadd_rn(o[3], __fmul_rn(x.w, f[w]));
+    }
+    if (p >= kChunkKeys && vec_ws) {
+      *reinterpret_cast<float4*>(ws_o + i * D + d0) = make_float4(o[0], o[1], o[2], o[3]);
+      continue;
+    }
+    bf16* o_row = out + (static_cast<int64_t>(t) * a.num_heads + h) * D;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float4 x = *reinterpret_cast<const float4*>(merge + (w * kRows + r) * kMS + d0);
-        o[0] = __fadd_rn(o[0], __fmul_rn(x.x, f[w]));
-        o[1] = __fadd_rn(o[1], __fmul_rn(x.y, f[w]));
-        o[2] = __fadd_rn(o[2], __fmul_rn(x.z, f[w]));
-        o[3] = __fadd_rn(o[3], __fmul_rn(x.w, f[w]));
-      }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int d = d0 + j;
-        if (d >= D) break;
-        if (p < kChunkKeys) {
-          o_row[d] = __float2bfloat16_rn(p >= bad_from ? 0.0f : __fdiv_rn(o[j], l));
-        } else {
-          ws_o[i * D + d] = o[j];
-        }
+    for (int j = 0; j < 4; ++j) {
+      const int d = d0 + j;
+      if (d >= D) break;
+      if (p < kChunkKeys) {
+        o_row[d] = __float2bfloat16_rn(p >= bad_from ? 0.0f : __fdiv_rn(o[j], l));
+      } else {
+        ws_o[i * D + d] = o[j];
       }
     }
   }
@@ -599,7 +628,7 @@ __global__ void __launch_bounds__(kThreads)
       bf16* stage = ring + 2 * (i % kStages) * Smem<DP>::kTile;
       const int kb = c * kChunkKeys + (i % 2) * kTileKeys + 16 * warp;
       if (kb < n_keys) {  // a warp past the keys would add exact zeros: skipping it changes no bit
-        WarpTile<DP>(st, qf, Qs, stage, stage + Smem<DP>::kTile, warp, lane, kb, lim, scale_log2);
+        WarpTile<DP>(st, qf, Qs, stage, stage + Smem<DP>::kTile, warp, lane, kb, lim, scale_log2, i % 2 == 0);
       }
       __syncthreads();  // every warp is done with this stage
       if (i % 2 == 1) {
