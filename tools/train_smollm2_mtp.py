@@ -2,12 +2,14 @@
 
 Stages (each reads the previous one's files in --work):
   cache   the frozen target over every document of data.json (tools/smollm2_mtp_data.py): its last hidden
-          states h_p (before the final norm, float16 on disk) and its greedy token g_p = argmax logits_p
-          (the target's prediction for token p + 1); computed once, never per epoch.
+          states h_p (before the final norm, float16 on disk), its greedy token g_p = argmax logits_p
+          (the target's prediction for token p + 1) and its --top-k most likely tokens with their
+          log-probabilities (the distillation targets); computed once, never per epoch.
   train   the draft (MTPDraft: eh_proj over concat(enorm(embed(t_{j+1})), hnorm(h_j)), one decoder layer of
           the target's shape, the target's final norm / embedding / lm_head shared and frozen), unrolled over
           --unroll chained substeps as the engine runs them (MTPDraft.forward_train_unrolled). Loss per substep:
-          cross entropy against the target's greedy token g_{j+1} on --ce-rows sampled columns, plus
+          on --ce-rows sampled columns, (1 - w) x the cross entropy against the target's greedy token g_{j+1}
+          plus w x the cross entropy against its top-k distribution renormalized (w = --soft-weight), plus
           --reg-weight x the mean squared error between final_norm(draft output) and final_norm(h_{j+1}) on
           every column (what the shared lm_head reads; EAGLE-style feature regression). Writes
           --out/mtp.safetensors; logs losses and the held-out chained acceptance per substep.
@@ -46,6 +48,9 @@ from specworker.model_executor.models.mtp import MTPDraft  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "smollm2.yaml"
 SPLITS = ("train", "held")
+# per cached position: token id, target hidden state, greedy token, document index, in-answer flag, and the
+# target's top-k next-token ids with their log-probabilities (the soft distillation targets)
+CACHE_KEYS = ("ids", "hidden", "greedy", "doc", "answer", "top_ids", "top_logp")
 
 
 def load_frozen_target():
@@ -71,28 +76,33 @@ def cache(args) -> None:
     t0 = time.time()
     for split in args.splits.split(","):
         docs = documents(data, split, args.doc_tokens)
-        ids, hid, greedy, doc, answer = [], [], [], [], []
-        first = reuse_cache(args.reuse_cache, split, docs, (ids, hid, greedy, doc, answer)) if args.reuse_cache else 0
+        ids, hid, greedy, doc, answer, top_ids, top_logps = [], [], [], [], [], [], []
+        lists = (ids, hid, greedy, doc, answer, top_ids, top_logps)
+        first = reuse_cache(args.reuse_cache, split, docs, lists) if args.reuse_cache else 0
         for n, (toks, start) in enumerate(docs[first:], start=first):
             x = paddle.to_tensor(np.array(toks, np.int64)[None])
             h = model.forward_train(x)[0]  # [L, H]
-            g = model.logits_train(h).argmax(-1)  # [L]
+            logits = model.logits_train(h)  # [L, V]
+            g = logits.argmax(-1)  # [L]
+            top_logit, top_id = paddle.topk(logits, args.top_k, axis=-1)  # [L, top_k], descending
+            top_logp = top_logit - paddle.logsumexp(logits, axis=-1, keepdim=True)
             ids.append(np.array(toks, np.int32))
             hid.append(h.numpy().astype(np.float16))
             greedy.append(g.numpy().astype(np.int32))
             doc.append(np.full(len(toks), n, np.int32))
             answer.append(np.arange(len(toks)) >= start)
+            top_ids.append(top_id.numpy().astype(np.int32))
+            top_logps.append(top_logp.numpy().astype(np.float16))
             if (n + 1) % 50 == 0:
                 print(f"[cache {split}] {n + 1}/{len(docs)} documents {time.time() - t0:.0f}s", flush=True)
-        arrays = {"ids": np.concatenate(ids), "hidden": np.concatenate(hid), "greedy": np.concatenate(greedy),
-                  "doc": np.concatenate(doc), "answer": np.concatenate(answer)}
+        arrays = {key: np.concatenate(rows) for key, rows in zip(CACHE_KEYS, lists)}
         np.savez(Path(args.work) / f"cache_{split}.npz", **arrays)
         print(f"[cache {split}] {len(docs)} documents, {len(arrays['ids'])} tokens, "
               f"{int(arrays['answer'].sum())} answer tokens {time.time() - t0:.0f}s", flush=True)
 
 
 def reuse_cache(work: str, split: str, docs: list[tuple[list[int], int]], arrays: tuple[list, ...]) -> int:
-    """Appends to `arrays` (ids, hidden, greedy, doc, answer) the per-document rows of an earlier cache of `split`
+    """Appends to `arrays` (one list per CACHE_KEYS entry) the per-document rows of an earlier cache of `split`
     (e.g. before more chat prompts were added) for the longest prefix of `docs` it holds, checked token for
     token; returns that prefix's length. The target's forward over one document is deterministic, so the rows
     are those a fresh cache would compute."""
@@ -104,7 +114,7 @@ def reuse_cache(work: str, split: str, docs: list[tuple[list[int], int]], arrays
         toks, start = docs[n]
         if old["doc"][lo] != n or old["ids"][lo:hi].tolist() != toks or int((~old["answer"][lo:hi]).sum()) != start:
             break
-        for out, key in zip(arrays, ("ids", "hidden", "greedy", "doc", "answer")):
+        for out, key in zip(arrays, CACHE_KEYS):
             out.append(old[key][lo:hi])
         count = n + 1
     print(f"[cache {split}] reusing {count} of {len(docs)} documents from {work}", flush=True)
@@ -120,12 +130,19 @@ def load_cache(work: str, split: str) -> dict[str, np.ndarray]:
 def window_batch(c: dict, starts: np.ndarray, length: int):
     """Windows of length + 2 tokens from `starts`: (ids [B, L+2] int64, hidden [B, L+2, H] float32,
     greedy [B, L+2] int64, same_doc [B, L] bool: column j's prediction (token j + 2) stays in column j's document,
-    answer [B, L+2] bool)."""
+    answer [B, L+2] bool, raw ids [B, L+2] numpy, soft targets: (top ids [B, L+2, top_k] int64, their
+    probabilities renormalized over the top k [B, L+2, top_k] float32) or None for a cache without them)."""
     idx = starts[:, None] + np.arange(length + 2)[None]
     doc = c["doc"][idx]
+    soft = None
+    if "top_ids" in c:
+        logp = c["top_logp"][idx].astype(np.float32)
+        prob = np.exp(logp - logp.max(-1, keepdims=True))
+        soft = (paddle.to_tensor(c["top_ids"][idx].astype(np.int64)),
+                paddle.to_tensor(prob / prob.sum(-1, keepdims=True)))
     return (paddle.to_tensor(c["ids"][idx].astype(np.int64)), paddle.to_tensor(c["hidden"][idx].astype(np.float32)),
             paddle.to_tensor(c["greedy"][idx].astype(np.int64)), doc[:, :length] == doc[:, 2:], c["answer"][idx],
-            c["ids"][idx])
+            c["ids"][idx], soft)
 
 
 def substep_outputs(draft: MTPDraft, ids, hidden, length: int, unroll: int) -> list[paddle.Tensor]:
@@ -133,16 +150,27 @@ def substep_outputs(draft: MTPDraft, ids, hidden, length: int, unroll: int) -> l
     return draft.forward_train_unrolled(ids[:, 1:length + 1], hidden[:, :length], unroll)
 
 
+def pick_logits(logits: paddle.Tensor, ids: paddle.Tensor) -> paddle.Tensor:
+    """logits[r, ids[r, i]] as [R, I], by one gather over the flattened logits (with autograd)."""
+    rows, width = logits.shape
+    flat = ids + paddle.arange(rows, dtype="int64").unsqueeze(-1) * width
+    return paddle.gather(logits.reshape([-1]), flat.reshape([-1])).reshape(flat.shape)
+
+
 def losses(model, draft, batch, args, rng) -> tuple[paddle.Tensor, list[float], list[float]]:
     """(weighted loss, CE per substep, regression MSE per substep) of one batch of windows."""
-    ids, hidden, greedy, same_doc, _, _ = batch
-    length = args.seq_len
+    ids, hidden, greedy, same_doc, _, _, soft = batch
+    length, b = args.seq_len, ids.shape[0]
     outs = substep_outputs(draft, ids, hidden, length, args.unroll)
     target_feat = model.norm.forward_train(hidden[:, 1:length + 1])  # [B, L, H]: what lm_head reads at j + 1
     labels = greedy[:, 1:length + 1]  # [B, L]: g_{j+1}
+    if args.soft_weight and soft is None:
+        raise ValueError("--soft-weight needs a cache with the target's top-k (re-run the cache stage)")
+    if args.soft_weight:  # the target's top-k distribution of token j + 2, per column j: [B * L, top_k]
+        top_ids = soft[0][:, 1:length + 1].reshape([b * length, -1])
+        top_prob = soft[1][:, 1:length + 1].reshape([b * length, -1])
     feat_scale = float(target_feat.square().mean())
     total, ces, regs = 0.0, [], []
-    b = ids.shape[0]
     for s, out in enumerate(outs):
         valid = same_doc.copy()
         valid[:, :s] = False  # columns j < s have no anchor for substep s + 1
@@ -150,13 +178,23 @@ def losses(model, draft, batch, args, rng) -> tuple[paddle.Tensor, list[float], 
         pick = paddle.to_tensor(rng.choice(rows, size=min(args.ce_rows, len(rows)), replace=False))
         flat = out.reshape([b * length, -1])
         logits = model.logits_train(paddle.gather(flat, pick))  # [R, V]
-        ce = F.cross_entropy(logits, paddle.gather(labels.reshape([-1]), pick).unsqueeze(-1))
+        label = paddle.gather(labels.reshape([-1]), pick)  # [R]
+        ce_rows = F.cross_entropy(logits, label.unsqueeze(-1), reduction="none").reshape([-1])  # [R]
+        ce = ce_rows.mean()
+        loss_ce = ce
+        if args.soft_weight:  # cross entropy against the target's top-k distribution (distillation)
+            # -sum_k q_k log p(id_k) = logsumexp(logits) - sum_k q_k logits[id_k] (sum_k q_k = 1), and
+            # logsumexp(logits) = ce_rows + logits[label]: the logits are picked by flat gathers (paddle's
+            # logsumexp and take_along_axis over [R, V] cost 4x and 500x the cross entropy on this CPU)
+            soft_ce = (ce_rows + pick_logits(logits, label.unsqueeze(-1)).reshape([-1])
+                       - (paddle.gather(top_prob, pick) * pick_logits(logits, paddle.gather(top_ids, pick))).sum(-1))
+            loss_ce = (1 - args.soft_weight) * ce + args.soft_weight * soft_ce.mean()
         mask = paddle.to_tensor(valid.astype(np.float32))
         diff = (model.norm.forward_train(out) - target_feat).square().mean(-1)  # [B, L]
         # relative to the target features' mean square, so the weight does not depend on the norm's scale
         reg = (diff * mask).sum() / mask.sum() / feat_scale
         weight = args.substep_weight ** s
-        total = total + weight * (ce + args.reg_weight * reg)
+        total = total + weight * (loss_ce + args.reg_weight * reg)
         ces.append(float(ce))
         regs.append(float(reg))
     return total / sum(args.substep_weight ** s for s in range(len(outs))), ces, regs
@@ -169,7 +207,7 @@ def chain_acceptance(model, draft, c: dict, length: int, depth: int, max_windows
     starts = np.arange(first_answer, n - length - 2, length)[:max_windows]
     accepted, count = np.zeros(depth), 0
     for i in range(0, len(starts), 8):
-        ids, hidden, greedy, _, answer, raw = window_batch(c, starts[i:i + 8], length)
+        ids, hidden, greedy, _, answer, raw, _ = window_batch(c, starts[i:i + 8], length)
         outs = substep_outputs(draft, ids, hidden, length, depth)
         g = greedy.numpy()
         doc = c["doc"][starts[i:i + 8, None] + np.arange(length + 2)[None]]
@@ -275,9 +313,13 @@ def main(argv=None) -> None:
     p.add_argument("--substep-weight", type=float, default=0.8, help="substep s weighs this ** (s - 1)")
     p.add_argument("--ce-rows", type=int, default=512, help="sampled columns per substep for the cross entropy")
     p.add_argument("--reg-weight", type=float, default=1.0)
+    p.add_argument("--soft-weight", type=float, default=0.5,
+                   help="weight of the cross entropy against the target's top-k distribution (distillation); "
+                   "1 - this weighs the cross entropy against its greedy token")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--splits", default="train,held", help="cache: which splits")
     p.add_argument("--threads", type=int, default=2, help="math library threads (Paddle's default is 1)")
+    p.add_argument("--top-k", type=int, default=16, help="cache: the target's top-k next tokens kept per position")
     p.add_argument("--doc-tokens", type=int, default=384, help="cache: first tokens of each text document")
     p.add_argument("--reuse-cache", default=None, help="cache: an earlier --work whose cached documents are reused "
                    "where they are the same documents (reuse_cache)")
