@@ -2,10 +2,13 @@
 
 Valid inputs only: it asserts what it assumes instead of reproducing the op's error checks. Every step is
 one numpy float32 operation (IEEE: correctly rounded, never fused), elementwise over the heads of all rows
-at once; the norm's sum runs over k in order.
+at once; the norm's sum runs over k in order. The bfloat16 variant is the same arithmetic on the widened inputs with
+each q and k value rounded to bfloat16 once (bfloat16 values are held as float32 arrays; widening is exact).
 """
 
 import numpy as np
+
+from reference.batch_invariant_linear import ref_bf16_round
 
 
 def _rms_norm_heads(y, weight, eps):
@@ -43,3 +46,16 @@ def ref_qkv_norm_rotary(qkv, cos_full, sin_signed, q_norm_weight=None, k_norm_we
         q, k = _rms_norm_heads(q, q_norm_weight, eps), _rms_norm_heads(k, k_norm_weight, eps)
     q, k = _rotate_heads(q, cos_full, sin_signed), _rotate_heads(k, cos_full, sin_signed)
     return np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v)
+
+
+def ref_qkv_norm_rotary_bf16(qkv, cos_full, sin_signed, q_norm_weight=None, k_norm_weight=None, *, num_heads,
+                             num_kv_heads, head_dim, eps=1e-6):
+    """The bfloat16 variant (§4.11): qkv and the norm weights hold bfloat16 values (float32 arrays), the factors are
+    float32; the float32 arithmetic above runs on them unchanged (the normed head is not rounded before the rotation),
+    then q and k are rounded to bfloat16 once and v is the input's v. Returns (q, k, v) as float32 arrays of bfloat16
+    values."""
+    for name, a in (("qkv", qkv), ("q_norm_weight", q_norm_weight), ("k_norm_weight", k_norm_weight)):
+        assert a is None or np.array_equal(ref_bf16_round(a), a), f"{name} holds values that are not bfloat16"
+    q, k, v = ref_qkv_norm_rotary(qkv, cos_full, sin_signed, q_norm_weight, k_norm_weight, num_heads=num_heads,
+                                  num_kv_heads=num_kv_heads, head_dim=head_dim, eps=eps)
+    return ref_bf16_round(q), ref_bf16_round(k), v

@@ -23,6 +23,15 @@ EPS = 1e-6
 # so the rotation pairs (0, 2) and (1, 3): a swap of neighbours or a roll by one would show.
 QUARTER_COS = np.array([[1, 1, 1, 1], [0, 0, 0, 0]], np.float32)
 QUARTER_SIN = np.array([[0, 0, 0, 0], [-1, -1, 1, 1]], np.float32)
+# (num_heads, num_kv_heads, head_dim, eps, norms) that both launchers refuse with cudaErrorInvalidValue.
+BAD_LAUNCH_ARGUMENTS = [
+    (2, 1, 3, 1e-6, False),   # odd head_dim
+    (3, 2, 4, 1e-6, False),   # num_heads % num_kv_heads != 0
+    (0, 1, 4, 1e-6, False),   # no q heads
+    (2, 1, 8194, 1e-6, False),  # head_dim over 8192
+    (2, 1, 4, -1.0, True),    # negative eps
+    (2, 1, 4, float("inf"), True),  # non-finite eps
+]
 
 
 def _bits(a) -> np.ndarray:

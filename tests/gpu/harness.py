@@ -12,11 +12,13 @@ import pytest
 
 from kernel_harness import gpu_unavailable_reason, kernels_lib, launcher, ptr, raw_launcher, stream
 
-__all__ = ["CANARY", "GUARD", "gpu_unavailable_reason", "guarded", "kernels_lib", "launcher", "ptr", "raw_launcher",
+__all__ = ["BF16_CANARY", "CANARY", "GUARD", "assert_same_bf16_bits", "bf16_device", "bf16_host",
+           "gpu_unavailable_reason", "guarded", "kernels_lib", "launcher", "ptr", "raw_launcher",
            "require_gpu", "state_to_device", "stream", "unguarded"]
 
 GUARD = 16  # rows past a written buffer's end that the kernel must leave untouched
 CANARY = -7777  # what those rows hold
+BF16_CANARY = 0x7FBF  # bfloat16 buffers' guard and poison: a NaN payload no kernel writes (CUDA's NaN is 0x7FFF)
 
 
 def require_gpu():
@@ -55,3 +57,31 @@ def state_to_device(cp, state: dict, keys, writes, matrices) -> dict:
             v = guarded(cp, v) if k in writes else cp.asarray(v)
         d[k] = v
     return d
+
+
+def bf16_device(cp, a):
+    """Device uint16 bits of `a` (float32 values that are bfloat16 values), or a None passed through."""
+    if a is None:
+        return None
+    return cp.asarray((np.ascontiguousarray(a, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16))
+
+
+def bf16_host(cp, d, name: str, guard: bool = False) -> np.ndarray:
+    """float32 values of the device bfloat16 bits `d`; with `guard`, checks and drops its GUARD rows."""
+    bits = cp.asnumpy(d)
+    if guard:
+        assert (bits[-GUARD:] == BF16_CANARY).all(), f"{name} written past its end"
+        bits = bits[:-GUARD]
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def assert_same_bf16_bits(got: np.ndarray, want: np.ndarray, what: str):
+    """got and want (float32 arrays of bfloat16 values) equal bit for bit, except that any NaN matches any NaN
+    (CUDA rounds every NaN to 0x7FFF, numpy keeps the payload)."""
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}"
+    nan = np.isnan(want)
+    same = np.where(nan, np.isnan(got), got.view(np.uint32) == want.view(np.uint32))
+    if not same.all():
+        idx = tuple(np.argwhere(~same)[0])
+        raise AssertionError(f"{what}: {int((~same).sum())} of {same.size} values differ in their bits, first at "
+                             f"{list(idx)}: {got[idx]!r} vs {want[idx]!r}")

@@ -9,7 +9,7 @@ import pytest
 
 from tests.gpu.harness import ptr, raw_launcher, require_gpu, stream
 from tests.qkv_norm_rotary_cases import (  # noqa: F401  written once, also run on the Paddle op
-    qkv_inputs, test_qkv_norm_rotary_literal_norms, test_qkv_norm_rotary_literal_rotation,
+    BAD_LAUNCH_ARGUMENTS, qkv_inputs, test_qkv_norm_rotary_literal_norms, test_qkv_norm_rotary_literal_rotation,
     test_qkv_norm_rotary_matches_reference, test_qkv_norm_rotary_rows_are_batch_invariant,
 )
 
@@ -52,13 +52,7 @@ def run():
     return run_kernel
 
 
-@pytest.mark.parametrize("nh, nkv, d, eps, norms", [
-    (2, 1, 3, 1e-6, False),   # odd head_dim
-    (3, 2, 4, 1e-6, False),   # num_heads % num_kv_heads != 0
-    (0, 1, 4, 1e-6, False),   # no q heads
-    (2, 1, 8194, 1e-6, False),  # head_dim over 8192
-    (2, 1, 4, -1.0, True),    # negative eps
-])
+@pytest.mark.parametrize("nh, nkv, d, eps, norms", BAD_LAUNCH_ARGUMENTS)
 def test_qkv_norm_rotary_launcher_rejects_bad_arguments(nh, nkv, d, eps, norms):
     weight = np.ones(d, np.float32) if norms else None
     factors = np.zeros((2, d), np.float32)

@@ -6,6 +6,9 @@
 //   rs = sqrt_rn(fl(acc + eps)); out_k = fl(fl(h_k / rs) * weight_k)
 // Every operation is an explicit __fadd_rn / __fmul_rn / __fdiv_rn / __fsqrt_rn, so nvcc can neither
 // contract nor approximate them.
+// bfloat16 variant (specworker_fused_rms_norm_bf16_launch): x, weight, residual, out, residual_out bf16; the inputs
+// widen exactly to float32, the arithmetic above runs unchanged in float32 (h included: the norm uses the float32
+// h, not its rounding), and each output value is rounded to bf16 once when stored. One kernel template serves both.
 // Parallelisation: one warp per row, kWarps rows per block. The lanes form h_k for k = lane, lane + 32,
 // ... (writing residual_out) and stage the terms fl(fl(h_k * h_k) * inv_h) in shared memory; lane 0
 // adds them in k order (the sum must be sequential in k: no tree reduction), broadcasts rs, and the
@@ -14,6 +17,8 @@
 // row's bits never depend on rows (batch invariant).
 #include "fused_rms_norm.h"
 
+#include "dtype_convert.cuh"
+
 namespace {
 
 constexpr int kWarpSize = 32;
@@ -21,8 +26,12 @@ constexpr int kMaxStagedBytes = 48 * 1024;            // default dynamic shared 
 constexpr int kMaxStaged = kMaxStagedBytes / 4;        // floats: one warp's row
 constexpr int kWarps = 4;                              // rows per block when they fit
 
-__device__ __forceinline__ float LoadH(const float* x, const float* residual, int64_t i) {
-  return residual == nullptr ? x[i] : __fadd_rn(x[i], residual[i]);
+using specworker::FromFloat;
+using specworker::ToFloat;
+
+template <typename T>
+__device__ __forceinline__ float LoadH(const T* x, const T* residual, int64_t i) {
+  return residual == nullptr ? ToFloat(x[i]) : __fadd_rn(ToFloat(x[i]), ToFloat(residual[i]));
 }
 
 __device__ __forceinline__ float Term(float h, float inv_h) {
@@ -30,9 +39,11 @@ __device__ __forceinline__ float Term(float h, float inv_h) {
 }
 
 // staged: the block's dynamic shared memory holds warps_per_block rows of terms; else nullptr.
-__global__ void FusedRmsNormKernel(const float* __restrict__ x, const float* __restrict__ weight,
-                                   const float* __restrict__ residual, float* __restrict__ out,
-                                   float* __restrict__ residual_out, int rows, int hidden,
+// T = float or __nv_bfloat16 (the stored element type; the arithmetic is float32 either way).
+template <typename T>
+__global__ void FusedRmsNormKernel(const T* __restrict__ x, const T* __restrict__ weight,
+                                   const T* __restrict__ residual, T* __restrict__ out,
+                                   T* __restrict__ residual_out, int rows, int hidden,
                                    float inv_h, float eps, bool staged) {
   extern __shared__ float terms_all[];
   const int warp = threadIdx.x / kWarpSize;
@@ -44,7 +55,7 @@ __global__ void FusedRmsNormKernel(const float* __restrict__ x, const float* __r
 
   for (int k = lane; k < hidden; k += kWarpSize) {
     const float h = LoadH(x, residual, base + k);
-    if (residual_out != nullptr) residual_out[base + k] = h;
+    if (residual_out != nullptr) residual_out[base + k] = FromFloat<T>(h);
     if (terms != nullptr) terms[k] = Term(h, inv_h);
   }
   __syncwarp();
@@ -61,16 +72,13 @@ __global__ void FusedRmsNormKernel(const float* __restrict__ x, const float* __r
   rs = __shfl_sync(0xffffffffu, rs, 0);
   for (int k = lane; k < hidden; k += kWarpSize) {
     const float h = LoadH(x, residual, base + k);
-    out[base + k] = __fmul_rn(__fdiv_rn(h, rs), weight[k]);
+    out[base + k] = FromFloat<T>(__fmul_rn(__fdiv_rn(h, rs), ToFloat(weight[k])));
   }
 }
 
-}  // namespace
-
-extern "C" int specworker_fused_rms_norm_launch(const float* x, const float* weight,
-                                                const float* residual, float* out,
-                                                float* residual_out, int rows, int hidden,
-                                                float eps, cudaStream_t stream) {
+template <typename T>
+int Launch(const T* x, const T* weight, const T* residual, T* out, T* residual_out, int rows, int hidden, float eps,
+           cudaStream_t stream) {
   // A zero-size tensor may have no storage (a NULL pointer), so pointers are checked only when rows > 0.
   const bool bad = rows < 0 || hidden < 1 || !(eps >= 0.0f) ||
                    (rows > 0 && (x == nullptr || weight == nullptr || out == nullptr ||
@@ -84,7 +92,23 @@ extern "C" int specworker_fused_rms_norm_launch(const float* x, const float* wei
   const size_t smem = staged ? static_cast<size_t>(row_bytes) * warps : 0;
   const int blocks = (rows + warps - 1) / warps;
   const float inv_h = 1.0f / static_cast<float>(hidden);  // host IEEE division: fl(1 / hidden)
-  FusedRmsNormKernel<<<blocks, warps * kWarpSize, smem, stream>>>(
+  FusedRmsNormKernel<T><<<blocks, warps * kWarpSize, smem, stream>>>(
       x, weight, residual, out, residual_out, rows, hidden, inv_h, eps, staged);
   return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace
+
+extern "C" int specworker_fused_rms_norm_launch(const float* x, const float* weight,
+                                                const float* residual, float* out,
+                                                float* residual_out, int rows, int hidden,
+                                                float eps, cudaStream_t stream) {
+  return Launch(x, weight, residual, out, residual_out, rows, hidden, eps, stream);
+}
+
+extern "C" int specworker_fused_rms_norm_bf16_launch(const __nv_bfloat16* x, const __nv_bfloat16* weight,
+                                                     const __nv_bfloat16* residual, __nv_bfloat16* out,
+                                                     __nv_bfloat16* residual_out, int rows, int hidden, float eps,
+                                                     cudaStream_t stream) {
+  return Launch(x, weight, residual, out, residual_out, rows, hidden, eps, stream);
 }

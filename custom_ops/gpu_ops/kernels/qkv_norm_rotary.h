@@ -1,5 +1,6 @@
 // Framework-neutral launcher for qkv_norm_rotary (see qkv_norm_rotary.cu).
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -19,6 +20,15 @@ int specworker_qkv_norm_rotary_launch(const float* qkv, const float* cos_full, c
                                       const float* q_norm_weight, const float* k_norm_weight, float* q,
                                       float* k, float* v, int T, int num_heads, int num_kv_heads,
                                       int head_dim, float eps, cudaStream_t stream);
+
+// The same on bfloat16 tensors: qkv, q_norm_weight, k_norm_weight, q, k, v bf16 (same shapes and checks), cos_full
+// and sin_signed float32. float32 arithmetic in the order above on the exactly widened inputs, each q and k value
+// rounded to bf16 (nearest even) once at the output; v is copied unchanged.
+int specworker_qkv_norm_rotary_bf16_launch(const __nv_bfloat16* qkv, const float* cos_full, const float* sin_signed,
+                                           const __nv_bfloat16* q_norm_weight, const __nv_bfloat16* k_norm_weight,
+                                           __nv_bfloat16* q, __nv_bfloat16* k, __nv_bfloat16* v, int T,
+                                           int num_heads, int num_kv_heads, int head_dim, float eps,
+                                           cudaStream_t stream);
 
 #ifdef __cplusplus
 }
