@@ -11,15 +11,17 @@ Three graphs per (model, batch, k), each replayed 10 times after warm-up, median
   draft   (MTP, num_model_steps = k): draft_model_preprocess, eagle_get_hidden_states, then k substeps of the
           one-layer MTP module (substep 0 over the k + 1 rows of each slot, the others over 1 row), each with
           its lm_head (shared with the target) and argmax.
-Target forward per layer: rms_norm, qkv linear, rotary, paged_attention (append + attention), o linear,
-residual + rms_norm, gate_up linear, SiLU * up, down linear (residual added by the next norm). Ours (specworker
-launchers through kernel_harness): batch_invariant_linear_bf16 (every linear, lm_head with float32 logits),
-paged_attention bf16, speculate_pre_process, rebuild_padding, speculate_verify, speculate_update,
-speculate_set_value_by_flags_and_idx, draft_model_preprocess, eagle_get_hidden_states. CuPy RawKernels (no
-specworker kernel exists): embedding gather, rms_norm (+ residual add), rotary, SiLU * up, row argmax, the MTP
-input norms + concat, the draft's last-row gather. Not replayed: draft_model_update, draft_model_postprocess,
-sampling other than greedy. The state ops run on their own copies of the slot state (from reference/cases), so
-graph replays do not move the forward's lengths; every slot has CONTEXT cached tokens before the step.
+Target forward per layer: rms_norm, qkv linear, rotary, paged_attention (append + attention), o linear, residual +
+rms_norm, gate_up linear, SiLU * up, down linear (residual added by the next norm). Ours (specworker launchers
+through kernel_harness): batch_invariant_linear_bf16 (every linear, lm_head with float32 logits), fused_rms_norm
+bf16 (every norm, the residual adds fused in; out of place, so the residual stream alternates between two buffers),
+qkv_norm_rotary bf16 (split + rotary, no q/k norms in these models), paged_attention bf16, speculate_pre_process,
+rebuild_padding, speculate_verify, speculate_update, speculate_set_value_by_flags_and_idx, draft_model_preprocess,
+eagle_get_hidden_states. CuPy RawKernels (no specworker kernel exists): embedding gather, the rotary factors' gather
+by position (once per forward, as RotaryEmbedding.factors), SiLU * up, row argmax, the MTP input concat (its two
+norms are fused_rms_norm), the draft's last-row gather. Not replayed: draft_model_update, draft_model_postprocess,
+sampling other than greedy. The state ops run on their own copies of the slot state (from reference/cases), so graph
+replays do not move the forward's lengths; every slot has CONTEXT cached tokens before the step.
 Predicted speedup = AL / (verify / decode + draft / decode), at two measured ALs: the tiny pair's (README: k = 2
 AL 2.82 at batch 1, configs/mtp_tiny.yaml; k = 3 AL 3.03, held-out prompts) and SmolLM2-135M's own MTP head's
 (held-out chained AL 1.81 at k = 2, 1.99 at k = 3; docs/smollm2_mtp.md). `--recompute JSON` rewrites them from a
@@ -46,13 +48,16 @@ from reference.cases.mtp_round_state import make_round_state  # noqa: E402
 from reference.cases.post_verify_state import make_post_verify_state  # noqa: E402
 
 MODELS = {
-    "smollm2-135m": dict(layers=30, hidden=576, heads=9, kv_heads=3, head_dim=64, inter=1536, vocab=49152),
-    "llama3-8b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128, inter=14336, vocab=128256),
+    "smollm2-135m": dict(layers=30, hidden=576, heads=9, kv_heads=3, head_dim=64, inter=1536, vocab=49152,
+                         rope_theta=100000.0),
+    "llama3-8b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128, inter=14336, vocab=128256,
+                      rope_theta=500000.0),
 }
 BATCH = [1, 8, 32, 128]
 DRAFTS = [2, 3]  # k: verify with k + 1 = 3, 4 tokens per slot
 CONTEXT = 1024
 BLOCK = 64
+EPS = 1e-5  # rms_norm_eps of both models
 AL_TINY = {2: 2.82, 3: 3.03}
 # SmolLM2-135M's own MTP head (docs/smollm2_mtp.md): held-out chained acceptance, AL(k) = 1 + sum of P(first s accepted)
 AL_SMOLLM2 = {2: 1.81, 3: 1.99}
@@ -85,37 +90,15 @@ extern "C" __global__ void embed(const long long* ids, const unsigned short* tab
   long long id = ids[blockIdx.x]; id = id < 0 ? 0 : (id >= V ? V - 1 : id);
   for (int i = threadIdx.x; i < H; i += blockDim.x) out[(long long)blockIdx.x * H + i] = table[id * H + i];
 }
-// residual += x (when x), then out = rms_norm(residual) * w; one block per row.
-extern "C" __global__ void add_rmsnorm(unsigned short* res, const unsigned short* x, const unsigned short* w,
-                                       unsigned short* out, int H) {
-  __shared__ float part[32];
-  long long r = blockIdx.x; float ss = 0.f;
-  for (int i = threadIdx.x; i < H; i += blockDim.x) {
-    float v = bf(res[r * H + i]);
-    if (x) { v = bf(fb(v + bf(x[r * H + i]))); res[r * H + i] = fb(v); }
-    ss += v * v;
+// Rotary factors of each packed row at its position dec[b] + (t - cu[b]) (row b < 0: position 0), clamped into the
+// tables cos_full, sin_signed [P, D] float32: RotaryEmbedding.factors' gather, once per forward.
+extern "C" __global__ void rope_factors(const float* cos_full, const float* sin_signed, const int* bid, const int* cu,
+                                        const int* dec, float* cos_out, float* sin_out, int D, int P) {
+  long long t = blockIdx.x; int b = bid[t];
+  int pos = b < 0 ? 0 : dec[b] + (int)(t - cu[b]); pos = pos < 0 ? 0 : (pos >= P ? P - 1 : pos);
+  for (int i = threadIdx.x; i < D; i += blockDim.x) {
+    cos_out[t * D + i] = cos_full[(long long)pos * D + i]; sin_out[t * D + i] = sin_signed[(long long)pos * D + i];
   }
-  for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  float tot = 0.f; for (int i = 0; i < (int)(blockDim.x >> 5); ++i) tot += part[i];
-  float inv = rsqrtf(tot / H + 1e-5f);
-  for (int i = threadIdx.x; i < H; i += blockDim.x) out[r * H + i] = fb(bf(res[r * H + i]) * inv * bf(w[i]));
-}
-// qkv [T, (H + 2 KVH) D] -> q [T, H, D], k, v [T, KVH, D], rotate-half rotary on q and k at the row's position.
-extern "C" __global__ void rotary(const unsigned short* qkv, unsigned short* q, unsigned short* k, unsigned short* v,
-                                  const int* bid, const int* cu, const int* dec, int H, int KVH, int D) {
-  long long t = blockIdx.x; int b = bid[t]; float pos = b < 0 ? 0.f : (float)(dec[b] + (t - cu[b]));
-  int W = (H + 2 * KVH) * D, half = D / 2;
-  const unsigned short* row = qkv + t * W;
-  for (int e = threadIdx.x; e < (H + KVH) * half; e += blockDim.x) {
-    int head = e / half, d = e % half;
-    float ang = pos * __powf(500000.0f, -2.0f * d / D), c = __cosf(ang), s = __sinf(ang);
-    float x1 = bf(row[head * D + d]), x2 = bf(row[head * D + d + half]);
-    unsigned short* dst = head < H ? q + (t * H + head) * D : k + (t * KVH + head - H) * D;
-    dst[d] = fb(x1 * c - x2 * s); dst[d + half] = fb(x2 * c + x1 * s);
-  }
-  for (int e = threadIdx.x; e < KVH * D; e += blockDim.x) v[t * KVH * D + e] = row[(H + KVH) * D + e];
 }
 extern "C" __global__ void silu_mul(const unsigned short* gu, unsigned short* out, int I) {
   long long t = blockIdx.x;
@@ -138,20 +121,11 @@ extern "C" __global__ void argmax_rows(const float* logits, long long* out, int 
   }
   if (threadIdx.x == 0) out[r] = bi[0];
 }
-// MTP input: out [T, 2H] = [rms_norm(emb) * w1, rms_norm(hid) * w2] (one block per row, fp32 sums).
-extern "C" __global__ void concat_norm(const unsigned short* emb, const unsigned short* hid, const unsigned short* w1,
-                                       const unsigned short* w2, unsigned short* out, int H) {
-  __shared__ float part[2][32];
-  long long r = blockIdx.x; float s1 = 0.f, s2 = 0.f;
-  for (int i = threadIdx.x; i < H; i += blockDim.x) { float a = bf(emb[r * H + i]), b = bf(hid[r * H + i]); s1 += a * a; s2 += b * b; }
-  for (int o = 16; o; o >>= 1) { s1 += __shfl_xor_sync(0xffffffffu, s1, o); s2 += __shfl_xor_sync(0xffffffffu, s2, o); }
-  if ((threadIdx.x & 31) == 0) { part[0][threadIdx.x >> 5] = s1; part[1][threadIdx.x >> 5] = s2; }
-  __syncthreads();
-  float t1 = 0.f, t2 = 0.f; for (int i = 0; i < (int)(blockDim.x >> 5); ++i) { t1 += part[0][i]; t2 += part[1][i]; }
-  float i1 = rsqrtf(t1 / H + 1e-5f), i2 = rsqrtf(t2 / H + 1e-5f);
+// MTP input: out [T, 2H] = [a, b] per row (a, b: the two fused_rms_norm outputs).
+extern "C" __global__ void concat_rows(const unsigned short* a, const unsigned short* b, unsigned short* out, int H) {
+  long long r = blockIdx.x;
   for (int i = threadIdx.x; i < H; i += blockDim.x) {
-    out[r * 2 * H + i] = fb(bf(emb[r * H + i]) * i1 * bf(w1[i]));
-    out[r * 2 * H + H + i] = fb(bf(hid[r * H + i]) * i2 * bf(w2[i]));
+    out[r * 2 * H + i] = a[r * H + i]; out[r * 2 * H + H + i] = b[r * H + i];
   }
 }
 // out[b] = x[cu[b + 1] - 1]: each slot's last row.
@@ -168,10 +142,12 @@ class Gpu:
     def __init__(self, cp):
         self.cp = cp
         mod = cp.RawModule(code=KERNELS, options=("-std=c++14",))
-        self.k = {n: mod.get_function(n) for n in ("fill", "embed", "add_rmsnorm", "rotary", "silu_mul", "argmax_rows",
-                                                   "concat_norm", "last_rows")}
+        self.k = {n: mod.get_function(n) for n in ("fill", "embed", "rope_factors", "silu_mul", "argmax_rows",
+                                                   "concat_rows", "last_rows")}
         self.linear = raw_launcher("specworker_batch_invariant_linear_bf16_launch")
         self.attention = raw_launcher("specworker_paged_attention_bf16_launch")
+        self.rms_norm = raw_launcher("specworker_fused_rms_norm_bf16_launch")
+        self.qkv_rotary = raw_launcher("specworker_qkv_norm_rotary_bf16_launch")
 
     def s(self):
         return ctypes.c_void_p(self.cp.cuda.get_current_stream().ptr)
@@ -186,6 +162,11 @@ class Gpu:
 
     def mm(self, x, w, out, M, K, N, out_dtype=OUT_BF16):
         check(self.linear(ptr(x), ptr(w), None, ptr(out), M, K, N, out_dtype, self.s()), "linear")
+
+    def norm(self, x, w, out, rows, H, residual=None, residual_out=None):
+        """out = rms_norm(h) * w with h = x (+ residual, then written to residual_out): fused_rms_norm bf16."""
+        check(self.rms_norm(ptr(x), ptr(w), ptr(residual), ptr(out), ptr(residual_out), rows, H, EPS, self.s()),
+              "fused_rms_norm_bf16")
 
 
 def check(rc, what):
@@ -227,39 +208,53 @@ class Layer:
         self.n1, self.n2 = g.rand((H,), seed + 4, 1.0), g.rand((H,), seed + 5, 1.0)
         self.attn = Attention(g, m, max_batch, max_rows, seed + 6)
 
-    def __call__(self, g, x, resid, prev, meta, T, B):
-        """resid += prev (the last layer's down output, or None), then the layer; returns its down output."""
-        m, b = self.m, x
+    def __call__(self, g, b, resid, prev, meta, T, B):
+        """The layer on the residual stream resid plus prev (the last layer's down output, or None); returns (its down
+        output, the buffer that now holds the residual stream)."""
+        m = self.m
         H, D, I = m["hidden"], m["head_dim"], m["inter"]
         qkv_w = (m["heads"] + 2 * m["kv_heads"]) * D
-        g.raw("add_rmsnorm", T, 256, resid, prev if prev is not None else np.uint64(0), self.n1, b["h"], np.int32(H))
+        if prev is None:
+            g.norm(resid, self.n1, b["h"], T, H)
+        else:
+            resid = add_norm(g, b, prev, resid, self.n1, T, H)
         g.mm(b["h"], self.w_qkv, b["qkv"], T, H, qkv_w)
-        g.raw("rotary", T, 256, b["qkv"], b["q"], b["k"], b["v"], meta["bid"], meta["cu"], meta["dec"],
-              np.int32(m["heads"]), np.int32(m["kv_heads"]), np.int32(D))
+        check(g.qkv_rotary(ptr(b["qkv"]), ptr(meta["cos"]), ptr(meta["sin"]), None, None, ptr(b["q"]), ptr(b["k"]),
+                           ptr(b["v"]), T, m["heads"], m["kv_heads"], D, EPS, g.s()), "qkv_norm_rotary_bf16")
         self.attn(g, b["q"], b["k"], b["v"], b["attn"], meta, T, B)
         g.mm(b["attn"], self.w_o, b["o"], T, m["heads"] * D, H)
-        g.raw("add_rmsnorm", T, 256, resid, b["o"], self.n2, b["h"], np.int32(H))
+        resid = add_norm(g, b, b["o"], resid, self.n2, T, H)
         g.mm(b["h"], self.w_gu, b["gu"], T, H, 2 * I)
         g.raw("silu_mul", T, 256, b["gu"], b["act"], np.int32(I))
         g.mm(b["act"], self.w_down, b["down"], T, I, H)
-        return b["down"]
+        return b["down"], resid
+
+
+def add_norm(g, b, x, resid, w, T, H):
+    """b["h"] = rms_norm(x + resid) * w; the sum goes to the other residual buffer, which is returned."""
+    other = b["resid_alt"] if resid is b["resid"] else b["resid"]
+    g.norm(x, w, b["h"], T, H, residual=resid, residual_out=other)
+    return other
 
 
 def buffers(cp, m, rows):
     """Activations for `rows` packed rows (bf16 as uint16)."""
     H, D, I = m["hidden"], m["head_dim"], m["inter"]
     u = lambda *s: cp.empty(s, dtype=cp.uint16)  # noqa: E731
-    return dict(x=u(rows, H), resid=u(rows, H), h=u(rows, H), qkv=u(rows, (m["heads"] + 2 * m["kv_heads"]) * D),
+    return dict(x=u(rows, H), resid=u(rows, H), resid_alt=u(rows, H), h=u(rows, H), en=u(rows, H),
+                qkv=u(rows, (m["heads"] + 2 * m["kv_heads"]) * D),
                 q=u(rows, m["heads"], D), k=u(rows, m["kv_heads"], D), v=u(rows, m["kv_heads"], D),
                 attn=u(rows, m["heads"], D), o=u(rows, H), gu=u(rows, 2 * I), act=u(rows, I), down=u(rows, H),
                 out=u(rows, H), logits=cp.empty((rows, m["vocab"]), dtype=cp.float32),
                 ids=cp.empty(rows, dtype=cp.int64), mtp_in=u(rows, 2 * H), last=u(rows, H))
 
 
-def step_meta(cp, B, n):
-    """Index tensors of a step of B slots with n rows each at positions CONTEXT .. CONTEXT + n - 1."""
+def step_meta(cp, B, n, head_dim):
+    """Index tensors of a step of B slots with n rows each at positions CONTEXT .. CONTEXT + n - 1, and the rows'
+    rotary factors (filled by Model.rope_factors)."""
     T = B * n
-    return dict(cu=cp.arange(0, T + 1, n, dtype=cp.int32), dec=cp.full(B, CONTEXT, dtype=cp.int32),
+    return dict(cos=cp.empty((T, head_dim), dtype=cp.float32), sin=cp.empty((T, head_dim), dtype=cp.float32),
+                cu=cp.arange(0, T + 1, n, dtype=cp.int32), dec=cp.full(B, CONTEXT, dtype=cp.int32),
                 lens=cp.full(B, n, dtype=cp.int32), bid=cp.repeat(cp.arange(B, dtype=cp.int32), n),
                 enc=cp.zeros(B, dtype=cp.int32), cuk=cp.empty(B + 1, dtype=cp.int32),
                 o_cu=cp.empty(B + 1, dtype=cp.int32), o_bid=cp.empty(T, dtype=cp.int32),
@@ -268,12 +263,22 @@ def step_meta(cp, B, n):
                 draft_tokens=cp.asarray(np.random.default_rng(n).integers(0, 1000, (B, n))))
 
 
+def rope_tables(cp, head_dim, theta, max_position):
+    """cos_full = [cos, cos], sin_signed = [-sin, sin] of position * theta^(-2j / head_dim), [max_position, head_dim]
+    float32 each, as RotaryEmbedding builds them."""
+    inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    angles = np.arange(max_position, dtype=np.float64)[:, None] * inv_freq[None, :]
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    return cp.asarray(np.concatenate([cos, cos], 1)), cp.asarray(np.concatenate([-sin, sin], 1))
+
+
 class Model:
     def __init__(self, g, m, max_batch, max_rows):
         self.m, self.g = m, g
         self.embed = g.rand((m["vocab"], m["hidden"]), 1, 1.0)
         self.lm_head = g.rand((m["hidden"], m["vocab"]), 2, 0.03)
         self.final_norm = g.rand((m["hidden"],), 3, 1.0)
+        self.cos_full, self.sin_signed = rope_tables(g.cp, m["head_dim"], m["rope_theta"], CONTEXT + 16)
         self.layers = [Layer(g, m, max_batch, max_rows, 100 + 10 * i) for i in range(m["layers"])]
         self.mtp_layer = Layer(g, m, max_batch, max_rows, 9000)
         self.mtp_eh = g.rand((2 * m["hidden"], m["hidden"]), 9100, 0.03)
@@ -289,15 +294,21 @@ class Model:
                        B, T, T, ptr(b["ids"]), ptr(meta["bid"]), ptr(meta["cu"]), ptr(meta["cuk"]), ptr(meta["o_cu"]),
                        ptr(meta["o_bid"]), ptr(meta["num"]), ptr(meta["o_lens"]), g.s()), "speculate_pre_process")
         g.raw("embed", T, 256, b["ids"], self.embed, b["resid"], np.int32(H), np.int32(m["vocab"]))
-        prev = None
+        self.rope_factors(meta, T)
+        prev, resid = None, b["resid"]
         for layer in self.layers:
-            prev = layer(g, b, b["resid"], prev, meta, T, B)
-        g.raw("add_rmsnorm", T, 256, b["resid"], prev, self.final_norm, b["h"], np.int32(H))
+            prev, resid = layer(g, b, resid, prev, meta, T, B)
+        add_norm(g, b, prev, resid, self.final_norm, T, H)
         check(self.rebuild(ptr(b["h"]), ptr(meta["cu"]), ptr(meta["lens"]), ptr(meta["dec"]), ptr(meta["enc"]),
                            ptr(meta["o_bid"]), ptr(meta["o_cu"]), None, 0, ptr(b["out"]), T, B, T, H, 2, g.s()),
               "rebuild_padding")
         g.mm(b["out"], self.lm_head, b["logits"], T, H, m["vocab"], OUT_F32)
         g.raw("argmax_rows", T, 256, b["logits"], b["ids"], np.int32(m["vocab"]))
+
+    def rope_factors(self, meta, T):
+        """meta["cos"], meta["sin"] = the rotary factors of the T packed rows at their positions."""
+        self.g.raw("rope_factors", T, 128, self.cos_full, self.sin_signed, meta["bid"], meta["cu"], meta["dec"],
+                   meta["cos"], meta["sin"], np.int32(self.m["head_dim"]), np.int32(self.cos_full.shape[0]))
 
     def mtp_substep(self, b, meta, B, n, hidden):
         """One MTP substep over B slots x n rows: [norm(embed(ids)), norm(hidden)] -> eh_proj -> layer -> norm ->
@@ -305,10 +316,13 @@ class Model:
         g, m, T = self.g, self.m, B * n
         H = m["hidden"]
         g.raw("embed", T, 256, b["ids"], self.embed, b["x"], np.int32(H), np.int32(m["vocab"]))
-        g.raw("concat_norm", T, 256, b["x"], hidden, self.mtp_norms[0], self.mtp_norms[1], b["mtp_in"], np.int32(H))
+        self.rope_factors(meta, T)
+        g.norm(b["x"], self.mtp_norms[0], b["en"], T, H)
+        g.norm(hidden, self.mtp_norms[1], b["o"], T, H)
+        g.raw("concat_rows", T, 256, b["en"], b["o"], b["mtp_in"], np.int32(H))
         g.mm(b["mtp_in"], self.mtp_eh, b["resid"], T, 2 * H, H)
-        down = self.mtp_layer(g, b, b["resid"], None, meta, T, B)
-        g.raw("add_rmsnorm", T, 256, b["resid"], down, self.mtp_norms[2], b["h"], np.int32(H))
+        down, resid = self.mtp_layer(g, b, b["resid"], None, meta, T, B)
+        add_norm(g, b, down, resid, self.mtp_norms[2], T, H)
         g.raw("last_rows", B, 256, b["h"], meta["cu"], b["last"], np.int32(H))
         g.mm(b["last"], self.lm_head, b["logits"], B, H, m["vocab"], OUT_F32)
         g.raw("argmax_rows", B, 256, b["logits"], b["ids"], np.int32(m["vocab"]))
@@ -408,7 +422,7 @@ def bench_model(cp, g, name, batches):
     cp.cuda.get_current_stream().synchronize()
     rows = []
     for B in batches:
-        meta1 = step_meta(cp, B, 1)
+        meta1 = step_meta(cp, B, 1, m["head_dim"])
         st1 = StateOps(cp, B, 1, m["vocab"], m["hidden"])
 
         def decode():
@@ -418,9 +432,9 @@ def bench_model(cp, g, name, batches):
         decode_ms = time_graph_ms(cp, decode)
         for k in DRAFTS:
             n = k + 1
-            meta = step_meta(cp, B, n)
+            meta = step_meta(cp, B, n, m["head_dim"])
             st = StateOps(cp, B, k, m["vocab"], m["hidden"])
-            meta_one = step_meta(cp, B, 1)
+            meta_one = step_meta(cp, B, 1, m["head_dim"])
 
             def verify():
                 model.forward(b, meta, B, n)
