@@ -38,8 +38,9 @@ def run(choose, batch: int, accept: np.ndarray, args, seed: int, closed: bool) -
         live = left > 0
         if not live.any():
             break
+        remaining = np.where(live, left, 0) if closed and args.drain else None
         k_b = np.broadcast_to(np.asarray(choose(PolicyStep(live=live, drafted=drafted, emitted=emitted,
-                                                           cost=previous))), (batch,))
+                                                           cost=previous, remaining=remaining))), (batch,))
         k_b = np.where(live, k_b, 0)
         fed = np.where(rng.random(batch) < args.found, k_b, 0)  # the lookup finds a draft or nothing
         accepted = np.cumprod(rng.random((batch, K_MAX)) < accept, axis=1).sum(axis=1)
@@ -81,6 +82,8 @@ def main(argv=None) -> None:
     p.add_argument("--max-tokens", type=int, default=64, help="closed batch: tokens per request")
     p.add_argument("--steps", type=int, default=400, help="steps per run at most (an open batch runs them all)")
     p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--no-drain", dest="drain", action="store_false",
+                   help="closed batch: do not tell the policy the tokens each slot has left (the open objective)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     rows = []

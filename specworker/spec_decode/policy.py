@@ -37,6 +37,9 @@ class PolicyStep:
     drafted: np.ndarray  # [N] int64: drafts this step verified for the slot (L_b - 1; 0 for prefill or idle)
     emitted: np.ndarray  # [N] int64: tokens this step emitted (accept_num; drafted + 1 at most)
     cost: StepCost | None  # the previous step, when it was a pure decode step
+    # [N] int64 tokens each slot may still emit after this step at most (max_tokens less what it has), when no
+    # request waits for a slot (the batch drains); None: requests wait, or the caller does not know
+    remaining: np.ndarray | None = None
 
 
 def expected_tokens(accept: np.ndarray) -> np.ndarray:
@@ -395,8 +398,11 @@ class AdaptivePolicy(SpeculationPolicy):
             self.decision = (key, self.decision[1] + 1, self.decision[2], self.decision[3])
             self.last_k = self.decision[2]
             return self.decision[3]
-        seconds, verify = self.predicted_costs(live)
-        best, k_b = self.best_k(live, seconds, verify)
+        if step.remaining is not None and live.sum() > 1:  # one slot: the same choice as the rate's
+            best, k_b = self.best_k_draining(live, step.remaining)
+        else:
+            seconds, verify = self.predicted_costs(live)
+            best, k_b = self.best_k(live, seconds, verify)
         self.decision = (key, 1, best, k_b)
         self.last_k = best
         return k_b
@@ -430,6 +436,69 @@ class AdaptivePolicy(SpeculationPolicy):
         rate = lambda gain, n: gain[rows, np.minimum(n, self.cap[rows])].sum() / max(seconds[n], 1e-9)  # noqa: E731
         return all(rate(bound, n) < rate(point, k) for n in (k - 1, k + 1) if 0 <= n <= self.k_max)
 
+    def drain_seconds(self, live: np.ndarray, remaining: np.ndarray) -> np.ndarray:
+        """[K + 1] predicted seconds until every live slot has emitted its remaining tokens, the batch drafting with
+        K throughout (docs/adaptive.md, "Draining batches"): slot b needs n_b = R_b / E_b(min(K, cap_b)) steps;
+        with n sorted ascending, D(K) = sum_i (n_(i) - n_(i-1)) T(B - i, K), each step paying for the slots still
+        decoding. n_b is random (at K = 0 exactly R_b; a step that drafts spreads it), and the i-th slot to finish
+        does so later than the i-th smallest mean: n_(i) = the i-th smallest mean plus that slot's standard
+        deviation times the i-th of B normal order statistics' expected values (Blom's scores; over B = 64 slots
+        the last is +2.4 deviations). T at a batch size between the points of a geometric grid (1, 1.4, 2, 2.8,
+        ..., B, rounded: 2 ceil(log2 B) + 1 points) is interpolated linearly in B, so a batch of 64 needs 12
+        predictions, not 64."""
+        gain, reach = self.expected_by_k(self.acceptance())
+        rows = np.flatnonzero(live)
+        size = len(rows)
+        # E[X^2] of the tokens X a step emits: sum_m (2m - 1) P(X >= m) = 1 + sum_j (2j + 1) P(draft j accepted)
+        square = 1.0 + (reach[:, rows] * (2 * np.arange(1, self.k_max + 1) + 1) * self._below_k[:, None, :]).sum(axis=2)
+        grid = np.unique(np.round(np.geomspace(1, size, 2 * int(np.ceil(np.log2(size))) + 1)).astype(np.int64))
+        table = np.array([self.costs.predict(int(b), self.k_max)[0] for b in grid])  # [G, K + 1]
+        left = np.arange(size, 0, -1)  # slots still decoding in segment i
+        out = np.empty(self.k_max + 1)
+        tokens = np.maximum(remaining[rows], 1)
+        # Blom's normal scores of the order statistics of `size` draws (the normal quantile in Tukey's lambda form,
+        # within 1%)
+        p = (np.arange(size) + 0.625) / (size + 0.25)
+        scores = 4.91 * (p ** 0.14 - (1 - p) ** 0.14)
+        for k in range(self.k_max + 1):
+            k_b = np.minimum(k, self.cap[rows])
+            mean = gain[rows, k_b]  # [B] tokens a step
+            variance = np.maximum(square[k_b, np.arange(size)] - mean ** 2, 0.0)
+            # steps slot b needs for its R_b tokens: mean R_b / E_b, variance R_b Var_b / E_b^3 (a renewal count);
+            # the i-th to finish at its mean plus its spread times the i-th order statistic's score, non-decreasing
+            order = np.argsort(tokens / mean)
+            spread = np.sqrt(tokens * variance / mean ** 3)[order]
+            steps = np.maximum.accumulate(np.maximum((tokens / mean)[order] + spread * scores, 0.0))
+            lengths = np.diff(steps, prepend=0.0)
+            out[k] = float(lengths @ np.interp(left, grid, table[:, k]))
+        return out
+
+    def best_k_draining(self, live: np.ndarray, remaining: np.ndarray) -> tuple[int, np.ndarray]:
+        """(K, [N] k_b = min(K, cap_b)) with the least drain_seconds; the current K is kept unless another saves
+        more than `switch_margin` of its time. No per-slot trimming: a draft's worth depends on whether its slot
+        bounds the drain, which D(K) weighs and a per-token rate does not."""
+        seconds = self.drain_seconds(live, remaining)
+        best = int(np.argmin(seconds))  # ties go to the smaller K
+        if seconds[best] > (1 - self.switch_margin) * seconds[self.kept_k]:
+            best = self.kept_k
+        self._settle(best, live, None)
+        return best, np.minimum(best, self.cap)
+
+    def _settle(self, best: int, live: np.ndarray, gain: np.ndarray | None, seconds: np.ndarray | None = None) -> None:
+        """Keeps `best` as the current K and sets the exploration interval: back to `explore_every` when the choice
+        changed; doubled when an exploration just confirmed it, once the acceptance rests on evidence (a choice of
+        K = 0 made on a few early verifications gathers none but in explorations; at batch 1 an exploration of
+        K - 1 brings 2 verifications anchored by it, and its acceptance can differ from K's) and each neighbour's
+        optimistic rate at T(B, K) is below the choice's. seconds: T(B, K) (default: predicted at the live B)."""
+        if best != self.kept_k:
+            self.explore_interval = self.explore_every
+        elif self.explored and self.total_reaches[0] >= self.admit_min_reaches:
+            seconds = self.predicted_costs(live)[0] if seconds is None else seconds
+            if self._neighbours_settled(best, np.flatnonzero(live), seconds, gain):
+                self.explore_interval = min(2 * self.explore_interval, self.explore_max)
+        self.explored = False
+        self.kept_k = best
+
     def best_k(self, live: np.ndarray, seconds: np.ndarray, verify: np.ndarray | None = None) -> tuple[int, np.ndarray]:
         """(K, [N] k_b): the batch K maximising sum_b E_b(min(K, cap_b)) / T(B, K), then per slot the positions
         worth their verify cost at that rate: keep draft j iff P(draft j accepted) >= rate * c, c = (V(B, K) -
@@ -442,16 +511,7 @@ class AdaptivePolicy(SpeculationPolicy):
         best = int(np.argmax(rates))  # ties go to the smaller K
         if rates[best] < (1 + self.switch_margin) * rates[self.kept_k]:
             best = self.kept_k  # within the margin of the current K: stay (measurement noise, KV refill)
-        if best != self.kept_k:
-            self.explore_interval = self.explore_every
-        elif (self.explored and self.total_reaches[0] >= self.admit_min_reaches
-              and self._neighbours_settled(best, rows, seconds, None if self.optimism else gain)):
-            # the exploration confirmed the choice: explore less often, once the acceptance rests on evidence (a
-            # choice of K = 0 made on a few early verifications gathers none but in explorations; at batch 1 an
-            # exploration of K - 1 brings 2 verifications anchored by it, and its acceptance can differ from K's)
-            self.explore_interval = min(2 * self.explore_interval, self.explore_max)
-        self.explored = False
-        self.kept_k = best
+        self._settle(best, live, None if self.optimism else gain, seconds)
         k_b = np.minimum(best, self.cap)
         drafts = int(k_b[rows].sum())
         if best == 0 or drafts == 0:

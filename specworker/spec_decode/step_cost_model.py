@@ -53,15 +53,18 @@ class StepCostModel:
     shows at once.
     """
 
-    def __init__(self, *, window: int = 12, outlier: float = 4.0, bandwidth: float = 0.35, refit_every: int = 16):
+    def __init__(self, *, window: int = 12, outlier: float = 4.0, bandwidth: float = 0.35, refit_every: int = 16,
+                 far: float = 0.5):
         self.window, self.outlier, self.bandwidth, self.refit_every = window, outlier, bandwidth, refit_every
+        self.far = far  # support below which a K's prediction is transferred from a supported K (_transfer)
         # K -> [(B, seconds, verify seconds, T(B, 0) predicted then; seconds itself for K = 0, nan if unknown)]
         self.samples: dict[int, list[tuple[float, float, float, float]]] = {}
         self.count: dict[int, int] = {}
         self._cached: dict[tuple[int, int], _Fit] = {}  # (B, K) -> its fits at B
         self._unfitted: dict[int, int] = {}  # K -> its observations since its cached fits
         self._since_any: dict[int, int] = {}  # K -> observations of any K since its cached fits
-        self._predicted: tuple[tuple[_Fit, ...], tuple[np.ndarray, np.ndarray]] | None = None  # predict's last
+        # (B, k_max) -> predict's last fits there and its arrays
+        self._predicted: dict[tuple[int, int], tuple[tuple[_Fit, ...], tuple[np.ndarray, np.ndarray]]] = {}
 
     def add(self, k: int, cost: StepCost) -> None:
         reference = cost.seconds if k == 0 else self._k0_now(cost.num_slots)
@@ -77,9 +80,31 @@ class StepCostModel:
         needs an observation. Fits are cached per (B, K) until K has `refit_every` new observations, or any new one
         after `refit_every` observations of all K (a fit is ~0.05 ms of numpy; costs drift slowly)."""
         fits = tuple(self._fit_one(num_slots, k) for k in range(k_max + 1))
-        if self._predicted is None or self._predicted[0] != fits:  # the same fits as last time: the same arrays
-            self._predicted = (fits, (np.array([f.seconds for f in fits]), np.array([f.verify for f in fits])))
-        return self._predicted[1]
+        last = self._predicted.get((num_slots, k_max))
+        if last is None or last[0] != fits:  # the same fits as last time at this B: the same arrays
+            seconds, verify = np.array([f.seconds for f in fits]), np.array([f.verify for f in fits])
+            self._transfer(num_slots, fits, seconds, verify)
+            last = self._predicted[num_slots, k_max] = (fits, (seconds, verify))
+        return last[1]
+
+    def _transfer(self, num_slots: int, fits: tuple[_Fit, ...], seconds: np.ndarray, verify: np.ndarray) -> None:
+        """A K whose observations are all far from num_slots (support < `far`) gets the prediction of the best
+        supported K there (support >= 1) times the two K's ratio at K's own batch sizes (the geometric mean of its
+        rows' B), where that K is supported too; in place. A closed batch that drains from 16 slots while K = 1
+        runs has K = 0 only at 16: its local fit held T(3, 0) at the 16-slot level (342 ms against K = 1's 136 ms
+        at 3 slots; true 111 and 137), and the policy drafted through the tail. The ratio keeps what K costs
+        relative to the other K, where both were seen."""
+        ref = max(range(len(fits)), key=lambda k: fits[k].support)
+        if fits[ref].support < 1.0:
+            return
+        for k, fit in enumerate(fits):
+            if fit.support >= self.far or k == ref:
+                continue
+            home = int(round(math.exp(float(np.mean(np.log([row[0] for row in self.samples[k]]))))))
+            there, mine = self._fit_one(home, ref), self._fit_one(home, k)
+            if there.support >= 1.0 and there.seconds > 0:
+                seconds[k] = seconds[ref] * mine.seconds / there.seconds
+                verify[k] = verify[ref] * (mine.verify / there.verify if there.verify > 0 else 1.0)
 
     def predict_relative(self, num_slots: int, k_max: int) -> np.ndarray:
         """[k_max + 1] T at batch size num_slots under today's load: T(B, 0) as measured, and for K >= 1 T(B, 0)

@@ -161,11 +161,13 @@ class ModelRunner:
         return len(self._prefill_slots) + self.decode_token_bound(decode)
 
     # ---- the step ----
-    def step(self, token_num: int, *, all_greedy: bool = False, num_logprobs: int | None = None) -> StepOutput:
+    def step(self, token_num: int, *, all_greedy: bool = False, num_logprobs: int | None = None,
+             remaining: np.ndarray | None = None) -> StepOutput:
         """One engine step. token_num: host bound on the packed tokens (chunk lengths + D per decode slot);
         all_greedy: every request in the batch is greedy (host knowledge), so the sampler skips its draw;
         num_logprobs: the most alternatives a request of the batch asked for (None: nobody asked, and no
-        logprob is computed).
+        logprob is computed); remaining: [N] tokens each slot's request may still generate before this step, when
+        no request waits (the policy's PolicyStep.remaining, less this step's tokens), else None.
         """
         timer = PhaseTimer()
         start = time.perf_counter()
@@ -182,8 +184,9 @@ class ModelRunner:
             self._restore_chunk_tokens()
         with timer("update"):
             self._update_states()
+            left = None if remaining is None else np.maximum(remaining - host.accept_num, 0)
             draft_lens = self._choose_draft_lens(PolicyStep(live=live, drafted=drafted, emitted=host.accept_num,
-                                                            cost=cost))
+                                                            cost=cost, remaining=left))
         with timer("proposer"):
             out = self._propose(hidden, meta, draft_lens[live])
         self._last_step = (start, self._step_shape(host, live, out.num_substeps, timer.seconds))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+import numpy as np
 import paddle
 
 from specworker.config import LOSSY_VERIFY_STRATEGIES, WorkerConfig
@@ -186,7 +187,8 @@ class Worker:
         running = [r.params for r in self.scheduler.running]
         all_greedy = all(p.temperature < GREEDY_TEMPERATURE for p in running)
         num_logprobs = max((p.logprobs for p in running if p.logprobs is not None), default=None)
-        out = self.runner.step(plan.token_num, all_greedy=all_greedy, num_logprobs=num_logprobs)
+        out = self.runner.step(plan.token_num, all_greedy=all_greedy, num_logprobs=num_logprobs,
+                               remaining=self._remaining_tokens())
         self.num_steps += 1
         for phase, seconds in out.seconds.items():
             self.phase_seconds[phase] += seconds
@@ -195,6 +197,18 @@ class Worker:
         return self._collect(plan, out)
 
     # ---- internals ----
+    def _remaining_tokens(self) -> np.ndarray | None:
+        """[N] int64 tokens each slot's request may still generate before this step (max_tokens less its output; 0
+        for a free slot), when no request waits for a slot: the batch drains, and the adaptive policy weighs its
+        choice by the time to finish (docs/adaptive.md, "Draining batches"); None while requests wait."""
+        if self.scheduler.waiting:
+            return None
+        batch = self.runner.input_batch
+        remaining = np.zeros(batch.num_slots, dtype=np.int64)
+        for req in self.scheduler.running:
+            remaining[batch.slot_of(req.req_id)] = req.params.max_tokens - len(req.output_token_ids)
+        return remaining
+
     def _apply_plan(self, plan: SchedulerOutput) -> None:
         batch = self.runner.input_batch
         free = [slot for slot in range(batch.num_slots) if batch.req_ids[slot] is None]

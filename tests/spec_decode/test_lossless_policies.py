@@ -265,3 +265,35 @@ def test_seeded_sampling_reproducible_and_batch_invariant_with_draftless_admissi
     assert alone(config, reqs, policy=policies[2]) == first
     assert (policies[0].num_draftless > 0) == (strategy == "target_match")
     assert policies[2].num_draftless == 0  # alone: one slot, drafts pay
+
+
+def test_policy_is_told_the_remaining_tokens_only_while_nothing_waits(monkeypatch):
+    """PolicyStep.remaining: None while a request waits for a slot; then, per slot, max_tokens less the tokens the
+    request has after the step (0 for a free slot). Checked against the outputs the worker returns."""
+    worker = Worker(make_config(method="mtp", k=2, steps=2, policy="adaptive", max_num_seqs=2))
+    seen = []
+    choose = worker.runner.policy.choose
+    monkeypatch.setattr(worker.runner.policy, "choose", lambda step: (seen.append(step.remaining), choose(step))[1])
+    reqs = random_requests(3, seed=5, max_prompt=12, max_tokens=(6, 14))
+    for r in reqs:
+        worker.add_request(r.req_id, r.prompt, r.params)
+    budget = {r.req_id: r.params.max_tokens for r in reqs}
+    made = {r.req_id: 0 for r in reqs}
+    batch = worker.runner.input_batch
+    while worker.has_unfinished():
+        free = {slot for slot, req_id in enumerate(batch.req_ids) if req_id is None}
+        outs = worker.step()
+        waiting = bool(worker.scheduler.waiting)  # as the step saw it, after its admissions
+        slots = {out.request_id: batch.slot_of(out.request_id) for out in outs if not out.finished}
+        for out in outs:
+            made[out.request_id] += len(out.new_token_ids)
+        remaining = seen[-1]
+        if waiting:
+            assert remaining is None
+            continue
+        assert remaining is not None
+        for req_id, slot in slots.items():
+            assert remaining[slot] == budget[req_id] - made[req_id]
+        free &= {slot for slot, req_id in enumerate(batch.req_ids) if req_id is None}  # free during the step
+        assert all(remaining[slot] == 0 for slot in free)
+    assert any(r is None for r in seen) and any(r is not None for r in seen)

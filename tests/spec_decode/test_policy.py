@@ -176,6 +176,29 @@ def test_step_cost_model_predicts_unseen_batch_sizes_from_near_ones():
     np.testing.assert_allclose(at_8, [true(8, k) for k in range(3)], rtol=1e-3)
 
 
+@pytest.mark.parametrize("far", [0.5, 0.0])
+def test_step_cost_model_transfers_a_k_seen_only_far_away_from_a_k_seen_near(far):
+    """A closed batch drained from 16 slots with K = 1: K = 0 was seen only at 16 slots, K = 1 at 2-16. At 3 slots
+    K = 0 is predicted as K = 1's cost there times their ratio at 16 (true: 60 ms + 17 ms a slot, drafts 12% more);
+    without the transfer (far = 0) K = 0's own fit holds its 16-slot level and drafting looks 2.5x cheaper than it is."""
+    model = StepCostModel(far=far)
+
+    def true(b, k):
+        return 1e-3 * (60 + 17 * b * (1 + 0.12 * k))
+
+    for _ in range(6):
+        model.add(0, _cost(16, 0, 0, true(16, 0)))
+    for b in (16, 16, 12, 8, 6, 4, 3, 3, 2, 2):
+        model.add(1, _cost(b, b, 0, true(b, 1)))
+    seconds, _ = model.predict(3, 1)
+    ratio = seconds[1] / seconds[0]
+    if far:
+        # 1.10 at 16 slots, K = 1 read from its local fit in ln B there (true at 3 slots: 1.05)
+        assert ratio == pytest.approx(true(16, 1) / true(16, 0), rel=0.01)
+    else:
+        assert ratio < 0.5
+
+
 def test_step_cost_model_drops_load_spikes_and_keeps_the_window_per_k():
     model = StepCostModel(window=12)
     rng = np.random.default_rng(0)
