@@ -16,7 +16,7 @@ from specworker.config import ConfigError
 from specworker.model_executor.models.checkpoint import BUILTIN_DRAFT_FILES, load_mtp, save_draft_vocab
 from specworker.worker.worker import Worker
 from tests.spec_decode.test_lossless import _requests, _shuffler
-from tests.worker.worker_harness import alone, drive, make_config, random_requests
+from tests.worker.worker_harness import alone, drive, make_config, random_requests, run_counting_host_copies
 
 TINY_VOCAB = 259
 
@@ -149,3 +149,14 @@ def test_draft_vocab_file_not_a_permutation_is_rejected(tmp_path, ranked_list):
     with pytest.raises(ValueError, match=r"draft_vocab.safetensors: 'draft_vocab' is .* expected a permutation of "
                                          r"0..258 as \[259\] int32"):
         Worker(_config(tmp_path, 16))
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "rejection"])
+def test_draft_vocab_step_reads_device_values_once(tiny_draft_dir, strategy, monkeypatch):
+    """The sub-vocabulary logits, the map back and the scatter of q add no host read to the step (docs/spec.md
+    §5.3): the step's one sanctioned copy stays its only one."""
+    worker = Worker(_config(tiny_draft_dir, 24, k=2, strategy=strategy, max_num_batched_tokens=16))
+    for r in random_requests(6, seed=9, max_prompt=30, max_tokens=(3, 12), sampled=True):
+        worker.add_request(r.req_id, r.prompt, r.params)
+    steps, copies = run_counting_host_copies(monkeypatch, worker)
+    assert steps > 3 and copies == list(range(steps))
