@@ -34,6 +34,8 @@ class MTPProposer(Proposer):
     writes the target's draft_tokens[b, s + 1]; with num_model_steps < k the remaining columns stay -1 and
     the target verifies 1 + num_model_steps tokens, unless mtp_strategy with_ngram fills them by n-gram
     lookup in the slot's prompt + generated tokens + MTP drafts. Its batch follows the target batch's row moves.
+    With speculative_config.draft_vocab_size > 0 the draft scores only its draft vocabulary (the draft's
+    DraftVocab): drafts are mapped back to token ids, and sampled q is zero outside it (docs/spec.md §5.3).
 
     Vocabulary: the draft prompt is the target prompt shifted left by one (draft position i holds
     token i + 1, paired with the target's hidden row of position i); after a prefill the draft's last
