@@ -60,11 +60,15 @@ def _record_drafts(worker):
     return calls
 
 
-@pytest.mark.parametrize("size", [1, 37, TINY_VOCAB])
-def test_draft_vocab_argmax_is_full_argmax_restricted_to_it(tiny_draft_dir, ranked, size):
+@pytest.mark.parametrize("size,weight_dtype", [(1, "float32"), (37, "float32"), (TINY_VOCAB, "float32"),
+                                               (37, "bfloat16")])
+def test_draft_vocab_argmax_is_full_argmax_restricted_to_it(tiny_draft_dir, ranked, size, weight_dtype):
     """The proposer's greedy draft with V_d ids = the id among ranked[:V_d] with the largest full-vocabulary
-    logit (first in rank order on a tie): the gathered lm_head columns and the map back line up."""
-    proposer = Worker(_config(tiny_draft_dir, size)).runner.proposer
+    logit (first in rank order on a tie): the gathered lm_head columns and the map back line up, also with the
+    linear weights stored in bfloat16 (the sub-weight is rounded as the full lm_head is)."""
+    config = _config(tiny_draft_dir, size)
+    config = dataclasses.replace(config, model=dataclasses.replace(config.model, linear_weight_dtype=weight_dtype))
+    proposer = Worker(config).runner.proposer
     rows = paddle.to_tensor(np.random.default_rng(size).standard_normal((9, 192)).astype(np.float32))
     full = proposer.draft.compute_logits(rows).numpy()  # [9, V]
     ids = ranked[:size]
