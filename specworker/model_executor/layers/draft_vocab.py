@@ -22,7 +22,7 @@ class DraftVocab:
             token_ids: [V_d] integer, 1 <= V_d <= V, distinct ids in 0..V-1 (the ranked list's first V_d).
             linear_weight_dtype: storage of the gathered columns (ops.pack_linear_weight).
         """
-        hidden_size, vocab_size = lm_head.shape
+        vocab_size = lm_head.shape[1]
         ids = np.asarray(token_ids, dtype=np.int64)
         if ids.ndim != 1 or not 1 <= len(ids) <= vocab_size or len(np.unique(ids)) != len(ids) \
                 or ids.min() < 0 or ids.max() >= vocab_size:

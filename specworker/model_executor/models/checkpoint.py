@@ -184,8 +184,9 @@ def read_draft_vocab(path_or_builtin: str | Path, vocab_size: int | None = None)
 
 def save_draft_vocab(ranked: np.ndarray, model_dir: str | Path) -> None:
     """Writes model_dir/draft_vocab.safetensors: ranked [V] int32, every token id once, most frequent first."""
-    Path(model_dir).mkdir(parents=True, exist_ok=True)
-    save_file({DRAFT_VOCAB_TENSOR: np.ascontiguousarray(ranked, dtype=np.int32)}, str(Path(model_dir) / DRAFT_VOCAB_FILE))
+    path = Path(model_dir) / DRAFT_VOCAB_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({DRAFT_VOCAB_TENSOR: np.ascontiguousarray(ranked, dtype=np.int32)}, str(path))
 
 
 def save_target(model: LlamaModel, model_dir: str | Path) -> None:
