@@ -20,7 +20,7 @@ import yaml
 from specworker.config_checks import ConfigError, check, check_at_least, check_choice, check_types, invalid, show
 
 __all__ = ["ConfigError", "ModelConfig", "ParallelConfig", "SchedulerConfig", "SpeculativeConfig", "WorkerConfig",
-           "check_tensor_parallel", "config_from_dict", "launched_world", "load_config"]
+           "check_draft_vocab_size", "check_tensor_parallel", "config_from_dict", "launched_world", "load_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -202,6 +202,9 @@ class SpeculativeConfig:
     # policy schedule: {smallest batch size: k}; the entry with the largest key <= B applies (must hold key 1);
     # kept as a tuple of (batch size, k) pairs, sorted.
     schedule: tuple | None = None
+    # mtp: the draft scores only the first draft_vocab_size ids of its ranked draft vocabulary (docs/spec.md §5.3;
+    # draft_vocab.safetensors next to its weights); 0: the whole vocabulary.
+    draft_vocab_size: int = 0
 
     def __post_init__(self) -> None:
         s = "speculative_config"
@@ -219,6 +222,8 @@ class SpeculativeConfig:
               self.accept_policy, "'normal' or 'reject_all' with benchmark_mode: true",
               "benchmark_mode rejects every draft")
         k, steps = self.num_speculative_tokens, self.num_model_steps
+        check(self.draft_vocab_size >= 0, f"{s}.draft_vocab_size", self.draft_vocab_size,
+              "0 (the whole vocabulary) or an integer >= 1 (with method: mtp)", "out of range")
         self._check_method_keys(s)
         self._check_policy(s)
         if not self.needs_proposer:
@@ -247,6 +252,7 @@ class SpeculativeConfig:
 
     # Keys that only one method reads; with any other method they must keep their defaults.
     METHOD_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "mtp": ("draft_vocab_size",),
         "ngram": ("max_ngram_size", "min_ngram_size"),
         "suffix": ("suffix_max_depth", "suffix_max_cached_requests", "suffix_max_spec_factor", "suffix_min_token_prob"),
     }
@@ -360,6 +366,13 @@ def check_tensor_parallel(size: int, *, num_heads: int, num_kv_heads: int, inter
               f"intermediate_size = {intermediate_size}", f"does not divide {where}'s {name} = {value}")
 
 
+def check_draft_vocab_size(size: int, *, vocab_size: int, where: str = "model") -> None:
+    """ConfigError naming speculative_config.draft_vocab_size when it exceeds the target's vocabulary (`where`
+    names the vocabulary's source: model, or a draft checkpoint)."""
+    check(size <= vocab_size, "speculative_config.draft_vocab_size", size,
+          f"0 (the whole vocabulary) or 1..{vocab_size}, the vocabulary size of {where}", "larger than the vocabulary")
+
+
 def launched_world() -> int | None:
     """Ranks of the paddle.distributed.launch job this process belongs to (PADDLE_TRAINERS_NUM), None when it
     was not started by a launcher."""
@@ -404,7 +417,13 @@ class WorkerConfig:
               "speculative_config.policy", spec.policy,
               "'fixed' or 'schedule' with parallel_config.tensor_parallel_size > 1",
               "the adaptive policy decides from each rank's own step timings, which differ between ranks")
+        # a draft vocabulary gathers the lm_head columns it keeps; a sharded target holds only its own columns
+        check(spec.draft_vocab_size == 0 or self.parallel_config.tensor_parallel_size == 1,
+              "speculative_config.draft_vocab_size", spec.draft_vocab_size,
+              "0 with parallel_config.tensor_parallel_size > 1", "each rank holds only its part of the lm_head")
         m = self.model
+        if m.is_builtin and spec.draft_vocab_size > 0:
+            check_draft_vocab_size(spec.draft_vocab_size, vocab_size=m.vocab_size, where=f"model.path {m.path!r}")
         if m.is_builtin:  # a checkpoint's architecture is checked when its config.json is read
             check_tensor_parallel(self.parallel_config.tensor_parallel_size, num_heads=m.num_heads,
                                   num_kv_heads=m.num_kv_heads, intermediate_size=m.intermediate_size)

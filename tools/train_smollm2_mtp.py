@@ -13,7 +13,10 @@ Stages (each reads the previous one's files in --work):
           --reg-weight x the mean squared error between final_norm(draft output) and final_norm(h_{j+1}) on
           every column (what the shared lm_head reads; EAGLE-style feature regression). Writes
           --out/mtp.safetensors; logs losses and the held-out chained acceptance per substep.
-  eval    held-out chained acceptance of a written head.
+  vocab   the draft vocabulary: every token id ranked by its count among the target's greedy answer tokens of
+          the train split (ties by id), written as --out/draft_vocab.safetensors (checkpoint.DRAFT_VOCAB_FILE).
+  eval    held-out chained acceptance of a written head; with --draft-vocab N [N ...] also of the head drafting
+          from the first N ids of that ranking only (0: the full vocabulary; docs/spec.md §5.3).
 
 Chained acceptance without re-running the target: on the held-out answers, which the target itself
 generated greedily, an accepted draft equals the next true token, so the target's verdict on draft s of
@@ -25,6 +28,7 @@ one answer (and where the answer's tokens equal the cached g, i.e. no near-tie b
     nice python tools/smollm2_mtp_data.py --out W
     nice python tools/train_smollm2_mtp.py cache --work W
     nice python tools/train_smollm2_mtp.py train --work W --out specworker/model_executor/models/weights/smollm2_mtp
+    nice python tools/train_smollm2_mtp.py vocab --work W --out specworker/model_executor/models/weights/smollm2_mtp
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ import paddle.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specworker.config import load_config  # noqa: E402
-from specworker.model_executor.models.checkpoint import load_mtp, load_target, save_mtp  # noqa: E402
+from specworker.model_executor.models.checkpoint import (  # noqa: E402
+    load_mtp, load_target, read_draft_vocab, read_target_arch, save_draft_vocab, save_mtp)
 from specworker.model_executor.models.mtp import MTPDraft  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "smollm2.yaml"
@@ -201,11 +206,13 @@ def losses(model, draft, batch, args, rng) -> tuple[paddle.Tensor, list[float], 
 
 
 @paddle.no_grad()
-def chain_acceptance(model, draft, c: dict, length: int, depth: int, max_windows: int) -> tuple[list[float], int]:
-    """Held-out P(first k chained drafts accepted), k = 1..depth (module docstring), and the anchor count."""
+def chain_acceptance(model, draft, c: dict, length: int, depth: int, max_windows: int,
+                     vocabs: tuple[np.ndarray | None, ...] = (None,)) -> tuple[list[list[float]], int]:
+    """Held-out P(first k chained drafts accepted), k = 1..depth (module docstring), per entry of `vocabs` (the
+    token ids a draft may propose: the argmax over those columns only; None: every id), and the anchor count."""
     n, first_answer = len(c["ids"]), int(np.argmax(c["answer"]))  # text documents come first, then chats
     starts = np.arange(first_answer, n - length - 2, length)[:max_windows]
-    accepted, count = np.zeros(depth), 0
+    accepted, count = np.zeros((len(vocabs), depth)), 0
     for i in range(0, len(starts), 8):
         ids, hidden, greedy, _, answer, raw, _ = window_batch(c, starts[i:i + 8], length)
         outs = substep_outputs(draft, ids, hidden, length, depth)
@@ -213,20 +220,22 @@ def chain_acceptance(model, draft, c: dict, length: int, depth: int, max_windows
         doc = c["doc"][starts[i:i + 8, None] + np.arange(length + 2)[None]]
         # anchor i (column i): substep s's draft at column i + s - 1 is checked against g_{i+s}; the chain
         # continues on true tokens t_{i+s+1} == g_{i+s} (answers are the target's greedy output)
-        hits = []
+        hits = [[] for _ in vocabs]
         for s, out in enumerate(outs, start=1):
-            d = model.logits_train(out).argmax(-1).numpy()  # [b, L]: column j predicts token j + 2
-            hit = np.zeros_like(d, dtype=bool)
-            hit[:, :length - s + 1] = d[:, s - 1:] == g[:, s:length + 1]
-            hits.append(hit)
+            logits = model.logits_train(out).numpy()  # [b, L, V]: column j predicts token j + 2
+            for v, ids in enumerate(vocabs):
+                d = logits.argmax(-1) if ids is None else ids[logits[..., ids].argmax(-1)]  # [b, L] token ids
+                hit = np.zeros_like(d, dtype=bool)
+                hit[:, :length - s + 1] = d[:, s - 1:] == g[:, s:length + 1]
+                hits[v].append(hit)
         anchors = length - depth  # anchor i's chain reads window positions i + 1 .. i + depth + 1 <= length
         ok_anchor = doc[:, depth + 1:depth + 1 + anchors] == doc[:, 1:1 + anchors]
         for s in range(1, depth + 1):  # the chain's tokens lie in one answer, and the true tokens are g's
             cols = np.arange(anchors) + s
             ok_anchor &= answer[:, cols] & answer[:, cols + 1] & (raw[:, cols + 1] == g[:, cols])
-        hits = [h[:, :anchors] for h in hits]
-        chain = np.cumprod(np.stack(hits, -1), axis=-1)  # [b, L, depth]
-        accepted += chain[ok_anchor].sum(0)
+        for v, vocab_hits in enumerate(hits):
+            chain = np.cumprod(np.stack([h[:, :anchors] for h in vocab_hits], -1), axis=-1)  # [b, anchors, depth]
+            accepted[v] += chain[ok_anchor].sum(0)
         count += int(ok_anchor.sum())
     return (accepted / max(count, 1)).tolist(), count
 
@@ -278,8 +287,8 @@ def train(args) -> None:
             if (step + 1) % args.eval_every == 0 or last:
                 draft.eval()
                 windows = 10 ** 6 if last else args.eval_windows  # the final evaluation reads every window
-                entry["held_chain"], entry["anchors"] = chain_acceptance(model, draft, held_c, args.seq_len, 3,
-                                                                         windows)
+                chains, entry["anchors"] = chain_acceptance(model, draft, held_c, args.seq_len, 3, windows)
+                entry["held_chain"] = chains[0]
                 draft.train()
             log.append(entry)
             print(json.dumps(entry), flush=True)
@@ -289,20 +298,37 @@ def train(args) -> None:
     print(f"wrote {out / 'mtp.safetensors'} after {time.time() - t0:.0f}s", flush=True)
 
 
+def draft_vocab(args) -> None:
+    """Every token id ranked by its count among the train split's answer tokens (the target's greedy output),
+    most frequent first, ties by smaller id; ids never seen follow by id. Writes --out/draft_vocab.safetensors."""
+    c = load_cache(args.work, "train")
+    vocab_size = read_target_arch(load_config(CONFIG).model).vocab_size
+    counts = np.bincount(c["ids"][c["answer"]], minlength=vocab_size)  # [V]
+    ranked = np.argsort(-counts, kind="stable").astype(np.int32)  # stable: equal counts keep id order
+    save_draft_vocab(ranked, args.out)
+    total, seen = int(counts.sum()), int((counts > 0).sum())
+    cover = {n: round(float(counts[ranked[:n]].sum()) / total, 4) for n in (1024, 4096, 8192, 16384, 32768)}
+    print(json.dumps({"answer_tokens": total, "distinct": seen, "coverage": cover}))
+
+
 def evaluate(args) -> None:
     model = load_frozen_target()
     draft = load_mtp(str(Path(args.out)), model)
     held_c = load_cache(args.work, "held")
-    chain, anchors = chain_acceptance(model, draft, held_c, args.seq_len, 3, 10 ** 6)
-    print(json.dumps({"held_chain": chain, "anchors": anchors, "al_k2": 1 + chain[0] + chain[1],
-                      "al_k3": 1 + sum(chain)}))
+    sizes = args.draft_vocab or [0]
+    ranked = read_draft_vocab(Path(args.out)) if any(sizes) else None
+    vocabs = tuple(ranked[:n].astype(np.int64) if n else None for n in sizes)
+    chains, anchors = chain_acceptance(model, draft, held_c, args.seq_len, 3, 10 ** 6, vocabs)
+    for n, chain in zip(sizes, chains):
+        print(json.dumps({"draft_vocab": n, "held_chain": chain, "anchors": anchors,
+                          "al_k2": 1 + chain[0] + chain[1], "al_k3": 1 + sum(chain)}), flush=True)
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("stage", choices=("cache", "train", "eval"))
+    p.add_argument("stage", choices=("cache", "train", "vocab", "eval"))
     p.add_argument("--work", required=True, help="data.json and the caches")
-    p.add_argument("--out", default=None, help="directory of mtp.safetensors (train, eval)")
+    p.add_argument("--out", default=None, help="directory of mtp.safetensors (train, vocab, eval)")
     p.add_argument("--steps", type=int, default=1000, help="optimizer steps at most")
     p.add_argument("--minutes", type=float, default=0, help="fewer steps if they would take longer (0: off); "
                    "the step time is measured over the first 5 steps, evaluations not counted")
@@ -327,11 +353,16 @@ def main(argv=None) -> None:
     p.add_argument("--eval-every", type=int, default=200)
     p.add_argument("--eval-windows", type=int, default=12,
                    help="held-out chat windows of the periodic evaluations (the final one and eval read all 44)")
+    p.add_argument("--draft-vocab", type=int, nargs="+", default=None, metavar="N",
+                   help="eval: draft from the first N ids of --out's ranked draft vocabulary (0: all); several N "
+                   "share one pass")
     args = p.parse_args(argv)
+    if args.draft_vocab and min(args.draft_vocab) < 0:
+        p.error(f"--draft-vocab {args.draft_vocab}: allowed: integers >= 0")
     if args.stage != "cache" and args.out is None:
         p.error(f"{args.stage} needs --out")
     paddle.base.core.set_num_threads(args.threads)
-    {"cache": cache, "train": train, "eval": evaluate}[args.stage](args)
+    {"cache": cache, "train": train, "vocab": draft_vocab, "eval": evaluate}[args.stage](args)
 
 
 if __name__ == "__main__":

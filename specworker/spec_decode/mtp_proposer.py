@@ -34,6 +34,8 @@ class MTPProposer(Proposer):
     writes the target's draft_tokens[b, s + 1]; with num_model_steps < k the remaining columns stay -1 and
     the target verifies 1 + num_model_steps tokens, unless mtp_strategy with_ngram fills them by n-gram
     lookup in the slot's prompt + generated tokens + MTP drafts. Its batch follows the target batch's row moves.
+    With speculative_config.draft_vocab_size > 0 the draft scores only its draft vocabulary (the draft's
+    DraftVocab): drafts are mapped back to token ids, and sampled q is zero outside it (docs/spec.md §5.3).
 
     Vocabulary: the draft prompt is the target prompt shifted left by one (draft position i holds
     token i + 1, paired with the target's hidden row of position i); after a prefill the draft's last
@@ -51,8 +53,10 @@ class MTPProposer(Proposer):
         self.ngram_sizes = (spec.max_ngram_size, spec.min_ngram_size) if spec.with_ngram else None
         self.reads_draft_budget = spec.with_ngram  # hybrid_mtp_ngram caps the n-gram part by the budget
         if draft is None:
-            draft = load_mtp(spec.model, target, place, linear_weight_dtype=config.model.linear_weight_dtype)
+            draft = load_mtp(spec.model, target, place, linear_weight_dtype=config.model.linear_weight_dtype,
+                             draft_vocab_size=spec.draft_vocab_size)
         self.draft = draft
+        self.vocab = draft.vocab  # DraftVocab, or None: draft logits cover the whole vocabulary
         arch = target.arch
         dims = buffer_dims(config, hidden_size=arch.hidden_size, vocab_size=arch.vocab_size)
         self.batch = SlotBuffers(DRAFT_BUFFERS, dims, place)
@@ -92,18 +96,22 @@ class MTPProposer(Proposer):
         self._prefilled = True
 
     def _argmax(self, logits, t: ProposerInputs, substep: int):
-        return paddle.argmax(logits, axis=-1)  # [N] int64
+        best = paddle.argmax(logits, axis=-1)  # [N] int64, a column of the draft logits
+        return best if self.vocab is None else self.vocab.to_token_ids(best)
 
     def _sample(self, logits, t: ProposerInputs, substep: int):
         """Draft token of every slot drawn from q = the request's sampling distribution over the draft's
         logits (greedy requests: one-hot argmax); q goes to draft_probs[:, substep] for verification.
         The draw uses the counter generator keyed by (infer_seed + DRAFT_SEED_OFFSET, step_idx + substep),
-        a stream apart from the target's (seed, step_idx + j)."""
+        a stream apart from the target's (seed, step_idx + j). With a draft vocabulary q is drawn over its ids and
+        is zero at every other id (docs/spec.md §5.3)."""
         greedy = t.temperature < GREEDY_TEMPERATURE  # [N]
         scale = paddle.where(greedy, paddle.ones_like(t.temperature), t.temperature)
         tokens, probs = sample_rows(
             logits / scale.unsqueeze(-1), greedy=greedy, top_k=t.top_k, top_p=t.top_p, min_p=t.min_p,
             seed=(t.infer_seed + DRAFT_SEED_OFFSET) % (1 << 32), counter=t.step_idx + substep)
+        if self.vocab is not None:  # columns of the draft logits -> token ids, q [N, V_d] -> [N, V]
+            tokens, probs = self.vocab.to_token_ids(tokens), self.vocab.to_full_probs(probs)
         self.buffers["draft_probs"][:, substep] = probs
         return tokens
 
@@ -148,7 +156,7 @@ class MTPProposer(Proposer):
             # neighbour's row; draft_model_update ignores stopped slots.
             last = paddle.gather(hidden, paddle.clip(dmeta.cu_seqlens_q[1:] - 1, min=0))  # [N, H]
             paddle.assign(last, output=d["last_hidden"])
-            logits = self.draft.compute_logits(last)  # [N, V]
+            logits = self.draft.draft_logits(last)  # [N, V], or [N, V_d] with a draft vocabulary
             tokens = self._draft_tokens(logits, t, substep)  # [N] int64
             ops.draft_model_update(
                 tokens, d["draft_tokens"], d["pre_ids"], d["seq_lens_this_time"], d["seq_lens_encoder"],

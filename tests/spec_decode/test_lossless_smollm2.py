@@ -3,7 +3,8 @@ speculative path equals greedy non-speculative output, token for token, for rand
 English and random-id prompts) with staggered arrivals, aborts, reorders, penalties and stop tokens.
 The drafters are the naive proposer (the speculative sampler with no drafts), an oracle (the target's own
 continuation: everything accepted), an adversary (always wrong), the lookup proposers, ngram and suffix, and the
-trained MTP head (docs/smollm2_mtp.md) at k = 2 and 3 (>= 100 requests each, prompts that invite copying)."""
+trained MTP head (docs/smollm2_mtp.md) at k = 2 and 3, and at k = 2 with a 4,096-id draft vocabulary (>= 100
+requests each, prompts that invite copying)."""
 
 from __future__ import annotations
 
@@ -155,3 +156,17 @@ def test_smollm2_trained_mtp_head_is_lossless(lookup_baseline, k):
         config.speculative_config, model=str(SMOLLM2_MTP_DIR)))
     stats = _check_lossless_run(reqs, ref, Worker(config), 29 + k)
     assert stats.mean_acceptance_length > 1.2, stats.mean_acceptance_length  # the head drafts, not noise
+
+
+def test_smollm2_trained_mtp_head_with_draft_vocab_is_lossless(lookup_baseline):
+    """The committed head drafting from its 4,096 most frequent answer tokens only (speculative_config.draft_vocab_size,
+    docs/smollm2_mtp.md): the copy and random-id prompts ask for ids outside them, so drafts miss, and output stays
+    the target's."""
+    reqs, ref = lookup_baseline
+    config = _config("mtp", 2)
+    config = dataclasses.replace(config, speculative_config=dataclasses.replace(
+        config.speculative_config, model=str(SMOLLM2_MTP_DIR), draft_vocab_size=4096))
+    worker = Worker(config)
+    assert worker.runner.proposer.vocab.size == 4096
+    stats = _check_lossless_run(reqs, ref, worker, 37)
+    assert stats.mean_acceptance_length > 1.2, stats.mean_acceptance_length

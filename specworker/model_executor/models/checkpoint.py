@@ -3,7 +3,8 @@
 Two layouts: a Hugging Face directory (config.json with `architectures`; hf_checkpoint.py) or the tiny
 models' own. The tiny layout: a model directory holds config.json (architecture), model.safetensors (target) and optionally
 mtp.safetensors (the draft's own weights only). `builtin:tiny` is the committed weights/tiny/ directory,
-`builtin:tiny-mtp` its mtp.safetensors. Every error names the file and, where one is at fault, the tensor.
+`builtin:tiny-mtp` its mtp.safetensors. A draft's ranked draft vocabulary (docs/spec.md §5.3) is
+draft_vocab.safetensors next to its weights. Every error names the file and, where one is at fault, the tensor.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import paddle
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
-from specworker.config import ARCH_FIELDS, ModelConfig, check_tensor_parallel
+from specworker.config import ARCH_FIELDS, ModelConfig, check_draft_vocab_size, check_tensor_parallel
+from specworker.config_checks import check
 from specworker.json_file import read_json_object
 from specworker.model_executor.layers.decoder_layer import skip_random_init
 from specworker.model_executor.models.hf_checkpoint import load_hf_mtp, load_hf_target
@@ -28,6 +30,7 @@ from specworker.model_executor.models.tp_shards import our_layout_shard, read_sh
 from specworker.model_executor.parallel import SINGLE_RANK, TensorParallel
 
 CONFIG_FILE, TARGET_FILE, MTP_FILE = "config.json", "model.safetensors", "mtp.safetensors"
+DRAFT_VOCAB_FILE, DRAFT_VOCAB_TENSOR = "draft_vocab.safetensors", "draft_vocab"
 MODEL_TYPE = "llama"
 BUILTIN_TARGET_DIRS = {"builtin:tiny": Path(__file__).parent / "weights" / "tiny"}
 BUILTIN_DRAFT_FILES = {"builtin:tiny-mtp": BUILTIN_TARGET_DIRS["builtin:tiny"] / MTP_FILE}
@@ -121,20 +124,69 @@ def draft_file(path_or_builtin: str) -> Path:
     return path / MTP_FILE if path.is_dir() else path
 
 
-def load_mtp(path_or_builtin: str, target: LlamaModel, place=None, *,
-             linear_weight_dtype: str = "float32") -> MTPDraft:
+def load_mtp(path_or_builtin: str, target: LlamaModel, place=None, *, linear_weight_dtype: str = "float32",
+             draft_vocab_size: int = 0) -> MTPDraft:
     """The MTP draft sharing `target`'s embedding, final norm and lm_head; weights from mtp.safetensors, or
     from the MTP layer of a Hugging Face checkpoint directory (hf_checkpoint.load_hf_mtp). Its linear
-    weights are packed for inference in linear_weight_dtype (LlamaModel.pack_weights)."""
+    weights are packed for inference in linear_weight_dtype (LlamaModel.pack_weights). draft_vocab_size > 0:
+    it drafts from the first draft_vocab_size ids of its draft_vocab.safetensors only (docs/spec.md §5.3);
+    ConfigError when that file is missing or the size exceeds the target's vocabulary."""
     if not path_or_builtin.startswith("builtin:") and is_hf_checkpoint(path_or_builtin):
-        return load_hf_mtp(path_or_builtin, target, place, linear_weight_dtype=linear_weight_dtype)
-    with skip_random_init():
-        draft = MTPDraft(target)
-    _load_state(draft, draft_file(path_or_builtin), target.arch, target.tp)
-    draft.eval()
-    draft.to(place or paddle.CPUPlace())
-    draft.pack_weights(linear_weight_dtype)
+        draft = load_hf_mtp(path_or_builtin, target, place, linear_weight_dtype=linear_weight_dtype)
+    else:
+        with skip_random_init():
+            draft = MTPDraft(target)
+        _load_state(draft, draft_file(path_or_builtin), target.arch, target.tp)
+        draft.eval()
+        draft.to(place or paddle.CPUPlace())
+        draft.pack_weights(linear_weight_dtype)
+    if draft_vocab_size > 0:
+        vocab_size = target.arch.vocab_size
+        check_draft_vocab_size(draft_vocab_size, vocab_size=vocab_size, where=str(path_or_builtin))
+        path = draft_vocab_file(path_or_builtin)
+        check(path.is_file(), "speculative_config.draft_vocab_size", draft_vocab_size,
+              f"0 for this draft, or a draft with a ranked vocabulary ({DRAFT_VOCAB_FILE} next to its weights)",
+              f"{path} does not exist")
+        ranked = read_draft_vocab(path_or_builtin, vocab_size)
+        draft.set_draft_vocab(ranked[:draft_vocab_size], linear_weight_dtype=linear_weight_dtype)
     return draft
+
+
+def draft_vocab_file(path_or_builtin: str | Path) -> Path:
+    """draft_vocab.safetensors in the directory of a draft's weights (draft_file's folder, or a Hugging Face
+    checkpoint directory itself)."""
+    path = Path(path_or_builtin)
+    if not str(path_or_builtin).startswith("builtin:") and path.is_dir():
+        return path / DRAFT_VOCAB_FILE
+    return draft_file(str(path_or_builtin)).parent / DRAFT_VOCAB_FILE
+
+
+def read_draft_vocab(path_or_builtin: str | Path, vocab_size: int | None = None) -> np.ndarray:
+    """The ranked draft vocabulary of a draft (docs/spec.md §5.3): [V] int32, every token id once, most
+    frequent first. Raises FileNotFoundError (no file) or ValueError naming the file (not a permutation of
+    0..V-1, with V = vocab_size when given)."""
+    path = draft_vocab_file(path_or_builtin)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: draft vocabulary not found (tools/train_smollm2_mtp.py vocab writes it)")
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ValueError(f"{path}: not a readable safetensors file ({err})") from None
+    if set(tensors) != {DRAFT_VOCAB_TENSOR}:
+        raise ValueError(f"{path}: tensors {sorted(tensors)}; allowed: exactly {DRAFT_VOCAB_TENSOR!r}")
+    ranked = tensors[DRAFT_VOCAB_TENSOR]
+    size = len(ranked) if vocab_size is None else vocab_size
+    if ranked.dtype != np.int32 or ranked.shape != (size,) or not np.array_equal(np.sort(ranked), np.arange(size)):
+        raise ValueError(f"{path}: {DRAFT_VOCAB_TENSOR!r} is {list(ranked.shape)} {ranked.dtype}, expected a "
+                         f"permutation of 0..{size - 1} as [{size}] int32")
+    return ranked
+
+
+def save_draft_vocab(ranked: np.ndarray, model_dir: str | Path) -> None:
+    """Writes model_dir/draft_vocab.safetensors: ranked [V] int32, every token id once, most frequent first."""
+    path = Path(model_dir) / DRAFT_VOCAB_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({DRAFT_VOCAB_TENSOR: np.ascontiguousarray(ranked, dtype=np.int32)}, str(path))
 
 
 def save_target(model: LlamaModel, model_dir: str | Path) -> None:

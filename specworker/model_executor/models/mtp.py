@@ -16,6 +16,7 @@ import paddle.nn.functional as F
 from specworker.model_executor import ops
 from specworker.model_executor.forward_meta import ForwardMeta
 from specworker.model_executor.layers.decoder_layer import DecoderLayer, make_weight
+from specworker.model_executor.layers.draft_vocab import DraftVocab
 from specworker.model_executor.layers.packed_weights import PackedWeights
 from specworker.model_executor.layers.rms_norm import RMSNorm
 from specworker.model_executor.models.kv_cache import KVCache
@@ -44,6 +45,7 @@ class MTPDraft(PackedWeights, paddle.nn.Layer):
         self.eh_proj = make_weight(self, [2 * arch.hidden_size, arch.hidden_size])
         self.layer = DecoderLayer(**arch.layer_kwargs(target.tp))
         self.final_norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps) if own_final_norm else None
+        self.vocab: DraftVocab | None = None  # set_draft_vocab; None: drafts from the whole vocabulary
 
     def pack_weights(self, dtype: str = "float32") -> None:
         """Inference copies of eh_proj and the layer's projections (the lm_head is the target's)."""
@@ -92,6 +94,21 @@ class MTPDraft(PackedWeights, paddle.nn.Layer):
         if self.final_norm is None:
             return self.target.compute_logits(rows)
         return self.target.lm_head_logits(self.final_norm(rows))
+
+    def set_draft_vocab(self, token_ids, *, linear_weight_dtype: str = "float32") -> None:
+        """Draft from token_ids [V_d] only (docs/spec.md §5.3): draft_logits then scores those ids alone. The
+        lm_head columns are gathered once here; a sharded target holds only its own columns, so it is refused."""
+        if self.target.tp.size != 1:
+            raise ValueError(f"MTPDraft.set_draft_vocab: tensor_parallel_size = {self.target.tp.size}; allowed: 1 "
+                             "(each rank holds only its vocabulary part of the lm_head)")
+        self.vocab = DraftVocab(self.target.lm_head, token_ids, linear_weight_dtype=linear_weight_dtype)
+
+    def draft_logits(self, rows: paddle.Tensor) -> paddle.Tensor:
+        """The logits the proposer drafts from: compute_logits(rows) [R, V], or with a draft vocabulary the
+        same values at its ids only, [R, V_d] (column i is token vocab.token_ids[i]). rows [R, H]."""
+        if self.vocab is None:
+            return self.compute_logits(rows)
+        return self.vocab.logits(self._output_norm()(rows))
 
     def forward_train(self, ids: paddle.Tensor, target_hidden: paddle.Tensor) -> paddle.Tensor:
         """Training path. Args: ids [B, L] int64 (token_{i+1} at column i); target_hidden [B, L, H] (h_i).
