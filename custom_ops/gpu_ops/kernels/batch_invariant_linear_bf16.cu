@@ -490,14 +490,14 @@ int PickMmaTile(int M, int N, int splits, int sms) {
 }
 
 // The warp-specialised tile for a call (index into WsTile0 .. 1), or -1 for the wgmma tiles (PickWgTile), for speed
-// only (every tile gives the same bits). From M = 256 (and K, N >= 64: no copy box wider than the matrix), when
-// its row-pair units fill at least one wave of clusters of two: 128 x 256 for one chunk, else 128 x 128 (the one
-// with the one-block split).
-int PickWsTile(int M, int N, int splits, int sms) {
-  auto units = [&](int bn) { return static_cast<int64_t>(CeilDiv(CeilDiv(M, 128), 2)) * CeilDiv(N, bn); };
-  if (M < 256 || N < 64) return -1;
-  if (splits == 1 && units(256) * 2 >= sms) return 0;
-  return units(128) * 2 >= sms ? 1 : -1;
+// only (every tile gives the same bits). Fitted on the H200 sweep (benchmarks/results/gpu_logs/issue22-gemm3/): the
+// persistent 128 x 256 tile wins where the per-tile start and stores weigh most, short K (< 2048, one chunk) from
+// M = 256 when its row-pair units (two blocks each) cover at least half the SMs (SmolLM2 lm_head 1.4-1.6x, gate_up
+// and down at M = 4096 1.5x / 1.1x); at K = 4096 it is within 5% of the wgmma tile either way, and its 128 x 128
+// one-block split is 1.3x slower on the split Llama shapes, so neither is picked there.
+int PickWsTile(int M, int N, int K, int splits, int sms) {
+  const int64_t units = static_cast<int64_t>(CeilDiv(CeilDiv(M, 128), 2)) * CeilDiv(N, 256);
+  return splits == 1 && M >= 256 && K >= 64 && K < 2048 && N >= 64 && units * 4 >= sms ? 0 : -1;
 }
 
 // Per device: 1 when this build's image for it holds the wgmma kernels (sm_90a), -1 when not, 0 not asked yet.
@@ -536,14 +536,13 @@ extern "C" int specworker_batch_invariant_linear_bf16_tile_launch(
   if (split_mode == 1 && major < 9) return static_cast<int>(cudaErrorNotSupported);  // clusters from sm_90
   const bool vec = K % 8 == 0 && N % 8 == 0 && Aligned16(x) && Aligned16(weight);
   const bool ws_ok = wgmma && vec && K > 0 && EncodeTiled() != nullptr;  // what the warp-specialised tiles need
-  const bool ws_pick = ws_ok && K >= 64;
   if (tile >= kFirstWsTile && !ws_ok) return static_cast<int>(cudaErrorNotSupported);
   // sm_90a builds: decode on the mma.sync tile, the rest on wgmma (the two give the same bits: docs/spec.md §4.8).
   const Chunks chunks = ChunksFor(K, N);
   if (tile < 0) {
     tile = !wgmma || M <= 16 ? PickMmaTile(M, N, chunks.count, sms)
-                             : ws_pick && PickWsTile(M, N, chunks.count, sms) >= 0
-                                   ? kFirstWsTile + PickWsTile(M, N, chunks.count, sms)
+                             : ws_ok && PickWsTile(M, N, K, chunks.count, sms) >= 0
+                                   ? kFirstWsTile + PickWsTile(M, N, K, chunks.count, sms)
                                    : kNumMmaTiles + PickWgTile(M, N);
   }
   Plan plan = {chunks.count, chunks.len, false, device, sms};
