@@ -7,7 +7,8 @@
 // No atomics. Two instruction families compute a k step: mma.sync m16n8k16 (sm_80 and later: the ten tiles
 // here) and wgmma m64nNk16 (sm_90a builds: batch_invariant_linear_bf16_wgmma.cuh). On sm_90 they give the same bits
 // (the GPU tests assert it for every tile, on normal and on wide-range inputs), so an sm_90a build runs decode
-// (M <= 16) on the mma.sync decode tiles and larger M on wgmma; other builds use mma.sync for every M.
+// (M <= 16) on the mma.sync decode tiles and larger M on wgmma (the cp.async tiles, or the warp-specialised TMA tiles
+// of batch_invariant_linear_bf16_ws.cuh); other builds use mma.sync for every M.
 // What a tile shape or split mode decides is which warp issues an output's MMAs and which block adds the chunk
 // sums, never which MMAs or in what order, so a row gives the same bits at every M, every position in the batch,
 // under every tile shape and in both split modes (the GPU tests check all of these). The MMA's internal rounding
