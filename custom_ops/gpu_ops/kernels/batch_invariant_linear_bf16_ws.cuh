@@ -138,35 +138,13 @@ __device__ __forceinline__ void WsConsume(const __nv_bfloat16* __restrict__ bias
     const int r0 = (2 * unit.row_pair + static_cast<int>(rank)) * T::BM + 64 * cw, n0 = unit.col_tile * T::BN;
     float acc[T::kInst][T::kAccInst];
     float total[kSeq ? T::kInst : 1][kSeq ? T::kAccInst : 1];
-#pragma unroll
-    for (int j = 0; j < T::kInst; ++j)
-#pragma unroll
-      for (int q = 0; q < T::kAccInst; ++q) acc[j][q] = 0.0f;
-    FenceAcc<T>(acc);
+    WgZeroAcc<T>(acc);
     int prev = 0;
     for (int i = 0; i < n_k; ++i) {
       specworker::MbarWait(full + 8 * s, phase);
-      if constexpr (kSeq) {
-        if (i > 0 && i % chunk_tiles == 0) {  // a chunk ends: its sum joins the running sum, the next starts at +0
-          WgmmaWait<0>();
-          FenceAcc<T>(acc);
-          WgFold<T>(total, acc, i == chunk_tiles);
-          FenceAcc<T>(acc);
-        }
-      }
-      const uint32_t a_s = ring + s * T::kStageBytes + cw * 64 * 128;
-      const uint32_t b_s = ring + s * T::kStageBytes + T::kABytes;
-      WgmmaFence();
-#pragma unroll
-      for (int kk = 0; kk < T::BK / 16; ++kk) {
-        const uint64_t da = SmemDesc128(a_s + kk * 32, 16, 1024);
-#pragma unroll
-        for (int j = 0; j < T::kInst; ++j) {
-          const uint64_t db = SmemDesc128(b_s + j * (T::NI / 64) * (64 * 128) + kk * 16 * 128, 64 * 128, 1024);
-          WgmmaBf16<T::NI>(acc[j], da, db);
-        }
-      }
-      WgmmaCommit();
+      if constexpr (kSeq) WgFoldAtChunkEnd<T>(total, acc, i, chunk_tiles);
+      const uint32_t stage = ring + s * T::kStageBytes;
+      WgMmaKTile<T>(acc, stage + cw * 64 * 128, stage + T::kABytes);
       WgmmaWait<1>();  // k tile i - 1's MMAs are done: its stage can be refilled
       if (i > 0) WsRelease(empty, prev);
       prev = s;
