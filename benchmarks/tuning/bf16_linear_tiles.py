@@ -1,7 +1,8 @@
 """Tuning sweep for batch_invariant_linear_bf16's tile and split-mode choice: the chosen tile shapes of the kernel
-(ids 0 .. 9 mma.sync, 10 .. 13 wgmma; custom_ops/gpu_ops/kernels/batch_invariant_linear_bf16*.cu[h]) at the
-benchmark's shapes and batch sizes, each split shape in both split modes (one block / cluster), so PickMmaTile,
-PickWgTile and the split-mode rule can be set from one GPU run. Bits are compared on the way: within an instruction
+(ids 0 .. 9 mma.sync, 10 .. 15 wgmma of which 14 and 15 warp-specialised;
+custom_ops/gpu_ops/kernels/batch_invariant_linear_bf16*) at the benchmark's shapes and batch sizes, each split shape
+in both split modes (one block / cluster), so PickMmaTile, PickWgTile, PickWsTile and the split-mode rule can be set
+from one GPU run. Bits are compared on the way: within an instruction
 family they must agree (the tests assert it); across families the sweep only reports it.
     python3 benchmarks/tuning/bf16_linear_tiles.py [--out bf16_linear_tiles.json] [--small-tiles 2,9,10,11]
         [--large-tiles 4,10,11,12,13] [--small-batch 1,8,64] [--large-batch 512,4096] [--shapes SUBSTRING,...]

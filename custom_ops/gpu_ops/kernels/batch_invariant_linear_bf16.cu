@@ -7,7 +7,8 @@
 // No atomics. Two instruction families compute a k step: mma.sync m16n8k16 (sm_80 and later: the ten tiles
 // here) and wgmma m64nNk16 (sm_90a builds: batch_invariant_linear_bf16_wgmma.cuh). On sm_90 they give the same bits
 // (the GPU tests assert it for every tile, on normal and on wide-range inputs), so an sm_90a build runs decode
-// (M <= 16) on the mma.sync decode tiles and larger M on wgmma; other builds use mma.sync for every M.
+// (M <= 16) on the mma.sync decode tiles and larger M on wgmma (the cp.async tiles, or the warp-specialised TMA tiles
+// of batch_invariant_linear_bf16_ws.cuh); other builds use mma.sync for every M.
 // What a tile shape or split mode decides is which warp issues an output's MMAs and which block adds the chunk
 // sums, never which MMAs or in what order, so a row gives the same bits at every M, every position in the batch,
 // under every tile shape and in both split modes (the GPU tests check all of these). The MMA's internal rounding
@@ -28,6 +29,7 @@
 #include <type_traits>
 
 #include "mma_bf16.cuh"
+#include "tma_sm90.cuh"
 #include "wgmma_bf16.cuh"
 
 namespace {
@@ -182,6 +184,7 @@ int Launch(void (*kernel)(KArgs...), dim3 grid, int threads, int bytes, cudaStre
 }  // namespace
 
 #include "batch_invariant_linear_bf16_wgmma.cuh"
+#include "batch_invariant_linear_bf16_ws.cuh"
 
 namespace {
 
@@ -217,7 +220,8 @@ using Tile7 = Tile<128, 128, 64, 2, 4, 3>;
 using Tile8 = Tile<128, 256, 32, 2, 4, 3>;
 using Tile9 = Tile<16, 64, 64, 1, 4, 4, true>;  // decode: tile 2 with x through L1 (many blocks read the same x)
 constexpr int kNumMmaTiles = 10;
-constexpr int kNumTiles = kNumMmaTiles + kNumWgTiles;
+constexpr int kFirstWsTile = kNumMmaTiles + kNumWgTiles;
+constexpr int kNumTiles = kFirstWsTile + kNumWsTiles;
 
 // f(Tile<...>{}) for mma.sync tile id `id`.
 template <class F>
@@ -463,7 +467,8 @@ TileInfo InfoOf(int tile, int M, int N) {
       return TileInfo{blocks, T::kThreads, T::kRingBytes, true};
     }
   };
-  return tile < kNumMmaTiles ? WithMmaTile(tile, info) : WithWgTile(tile - kNumMmaTiles, info);
+  if (tile < kNumMmaTiles) return WithMmaTile(tile, info);
+  return tile < kFirstWsTile ? WithWgTile(tile - kNumMmaTiles, info) : WithWsTile(tile - kFirstWsTile, info);
 }
 
 // The mma.sync tile for a call, for speed only (every tile gives the same bits). Fitted on H200 sweeps
@@ -483,6 +488,17 @@ int PickMmaTile(int M, int N, int splits, int sms) {
   if (M > 64 && InfoOf(4, M, N).blocks >= 32) return 4;
   if (InfoOf(3, M, N).blocks >= 128) return 3;
   return 2;
+}
+
+// The warp-specialised tile for a call (index into WsTile0 .. 1), or -1 for the wgmma tiles (PickWgTile), for speed
+// only (every tile gives the same bits). Fitted on the H200 sweep (benchmarks/results/gpu_logs/issue22-gemm3/): the
+// persistent 128 x 256 tile wins where the per-tile start and stores weigh most, short K (< 2048, one chunk) from
+// M = 256 when its row-pair units (two blocks each) cover at least half the SMs (SmolLM2 lm_head 1.4-1.6x, gate_up
+// and down at M = 4096 1.5x / 1.1x); at K = 4096 it is within 5% of the wgmma tile either way, and its 128 x 128
+// one-block split is 1.3x slower on the split Llama shapes, so neither is picked there.
+int PickWsTile(int M, int N, int K, int splits, int sms) {
+  const int64_t units = static_cast<int64_t>(CeilDiv(CeilDiv(M, 128), 2)) * CeilDiv(N, 256);
+  return splits == 1 && M >= 256 && K >= 64 && K < 2048 && N >= 64 && units * 4 >= sms ? 0 : -1;
 }
 
 // Per device: 1 when this build's image for it holds the wgmma kernels (sm_90a), -1 when not, 0 not asked yet.
@@ -520,11 +536,20 @@ extern "C" int specworker_batch_invariant_linear_bf16_tile_launch(
   if (tile >= kNumMmaTiles && !wgmma) return static_cast<int>(cudaErrorNotSupported);
   if (split_mode == 1 && major < 9) return static_cast<int>(cudaErrorNotSupported);  // clusters from sm_90
   const bool vec = K % 8 == 0 && N % 8 == 0 && Aligned16(x) && Aligned16(weight);
+  const bool ws_ok = wgmma && vec && K > 0 && EncodeTiled() != nullptr;  // what the warp-specialised tiles need
+  if (tile >= kFirstWsTile && !ws_ok) return static_cast<int>(cudaErrorNotSupported);
   // sm_90a builds: decode on the mma.sync tile, the rest on wgmma (the two give the same bits: docs/spec.md §4.8).
   const Chunks chunks = ChunksFor(K, N);
-  if (tile < 0) tile = wgmma && M > 16 ? kNumMmaTiles + PickWgTile(M, N) : PickMmaTile(M, N, chunks.count, sms);
+  if (tile < 0) {
+    tile = !wgmma || M <= 16 ? PickMmaTile(M, N, chunks.count, sms)
+                             : ws_ok && PickWsTile(M, N, K, chunks.count, sms) >= 0
+                                   ? kFirstWsTile + PickWsTile(M, N, K, chunks.count, sms)
+                                   : kNumMmaTiles + PickWgTile(M, N);
+  }
   Plan plan = {chunks.count, chunks.len, false, device, sms};
-  if (chunks.count > 1) {
+  if (chunks.count > 1 && tile >= kFirstWsTile) {
+    plan.cluster = split_mode == 1;  // no cluster split on these tiles: LaunchWsFor refuses it
+  } else if (chunks.count > 1) {
     // A cluster per output tile unless the output tiles alone fill at least 90% of one wave of blocks (or the tile
     // has no one-block split); either way the bits are the same.
     const TileInfo info = InfoOf(tile, M, N);
@@ -543,7 +568,11 @@ extern "C" int specworker_batch_invariant_linear_bf16_tile_launch(
   auto launch_wg = [&](auto t) {
     return LaunchWgFor<decltype(t)>(x, weight, bias, out, M, K, N, out_dtype, vec, plan, stream);
   };
-  return tile < kNumMmaTiles ? WithMmaTile(tile, launch) : WithWgTile(tile - kNumMmaTiles, launch_wg);
+  auto launch_ws = [&](auto t) {
+    return LaunchWsFor<decltype(t)>(x, weight, bias, out, M, K, N, out_dtype, plan, stream);
+  };
+  if (tile < kNumMmaTiles) return WithMmaTile(tile, launch);
+  return tile < kFirstWsTile ? WithWgTile(tile - kNumMmaTiles, launch_wg) : WithWsTile(tile - kFirstWsTile, launch_ws);
 }
 
 extern "C" int specworker_batch_invariant_linear_bf16_launch(const __nv_bfloat16* x, const __nv_bfloat16* weight,

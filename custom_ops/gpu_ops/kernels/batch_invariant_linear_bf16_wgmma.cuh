@@ -103,6 +103,45 @@ __device__ __forceinline__ void WgFold(float (&total)[T::kInst][T::kAccInst], fl
   for (int j = 0; j < T::kInst; ++j) FoldChunk(total[j], acc[j], first);
 }
 
+// +0 in every accumulator, pinned before the first wgmma.
+template <class T>
+__device__ __forceinline__ void WgZeroAcc(float (&acc)[T::kInst][T::kAccInst]) {
+#pragma unroll
+  for (int j = 0; j < T::kInst; ++j)
+#pragma unroll
+    for (int q = 0; q < T::kAccInst; ++q) acc[j][q] = 0.0f;
+  FenceAcc<T>(acc);
+}
+
+// kSeq, before k tile i: when a chunk ends there, its sum joins the running sum and the next chunk starts at +0.
+template <class T>
+__device__ __forceinline__ void WgFoldAtChunkEnd(float (&total)[T::kInst][T::kAccInst],
+                                                 float (&acc)[T::kInst][T::kAccInst], int i, int chunk_tiles) {
+  if (i > 0 && i % chunk_tiles == 0) {
+    WgmmaWait<0>();
+    FenceAcc<T>(acc);
+    WgFold<T>(total, acc, i == chunk_tiles);
+    FenceAcc<T>(acc);
+  }
+}
+
+// One k tile's MMAs as one commit group: its 16-wide k steps in increasing order, each as kInst wgmma. a_s: this
+// warpgroup's 64 rows of the stage's x tile; b_s: the stage's weight tile (shared addresses, layouts above).
+template <class T>
+__device__ __forceinline__ void WgMmaKTile(float (&acc)[T::kInst][T::kAccInst], uint32_t a_s, uint32_t b_s) {
+  WgmmaFence();
+#pragma unroll
+  for (int kk = 0; kk < T::BK / 16; ++kk) {
+    const uint64_t da = SmemDesc128(a_s + kk * 32, 16, 1024);
+#pragma unroll
+    for (int j = 0; j < T::kInst; ++j) {
+      const uint64_t db = SmemDesc128(b_s + j * (T::NI / 64) * (64 * 128) + kk * 16 * 128, 64 * 128, 1024);
+      WgmmaBf16<T::NI>(acc[j], da, db);
+    }
+  }
+  WgmmaCommit();
+}
+
 // Stores (or, in a cluster split, adds across the cluster and stores) the block's result res.
 template <class T>
 __device__ __forceinline__ void WgEpilogue(float (&res)[T::kInst][T::kAccInst], float* partial, bool cluster,
@@ -152,11 +191,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     const int n0 = nt * T::BN;
     float acc[T::kInst][T::kAccInst];
     float total[kSeq ? T::kInst : 1][kSeq ? T::kAccInst : 1];
-#pragma unroll
-    for (int j = 0; j < T::kInst; ++j)
-#pragma unroll
-      for (int q = 0; q < T::kAccInst; ++q) acc[j][q] = 0.0f;
-    FenceAcc<T>(acc);
+    WgZeroAcc<T>(acc);
 
     // Prologue: k tiles 0 .. STAGES - 3 in flight, one commit group per k tile (empty past the end).
 #pragma unroll
@@ -173,27 +208,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         WgLoadTile<T, kVec>(smem + (next % T::STAGES) * T::kStageBytes, x, w, r0, n0, t_begin + next, M, K, N);
       }
       CpAsyncCommit();
-      if constexpr (kSeq) {
-        if (i > 0 && i % chunk_tiles == 0) {  // a chunk ends: its sum joins the running sum, the next starts at +0
-          WgmmaWait<0>();
-          FenceAcc<T>(acc);
-          WgFold<T>(total, acc, i == chunk_tiles);
-          FenceAcc<T>(acc);
-        }
-      }
-      const uint32_t a_s = smem_s + (i % T::STAGES) * T::kStageBytes + wg * 64 * 128;
-      const uint32_t b_s = smem_s + (i % T::STAGES) * T::kStageBytes + T::kABytes;
-      WgmmaFence();
-#pragma unroll
-      for (int kk = 0; kk < T::BK / 16; ++kk) {
-        const uint64_t da = SmemDesc128(a_s + kk * 32, 16, 1024);
-#pragma unroll
-        for (int j = 0; j < T::kInst; ++j) {
-          const uint64_t db = SmemDesc128(b_s + j * (T::NI / 64) * (64 * 128) + kk * 16 * 128, 64 * 128, 1024);
-          WgmmaBf16<T::NI>(acc[j], da, db);
-        }
-      }
-      WgmmaCommit();
+      if constexpr (kSeq) WgFoldAtChunkEnd<T>(total, acc, i, chunk_tiles);
+      const uint32_t stage = smem_s + (i % T::STAGES) * T::kStageBytes;
+      WgMmaKTile<T>(acc, stage + wg * 64 * 128, stage + T::kABytes);
       WgmmaWait<1>();  // k tile i - 1's MMAs are done
     }
     WgmmaWait<0>();
