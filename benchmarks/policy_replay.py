@@ -28,8 +28,10 @@ K_MAX = 3
 CASES = ((0.55, (0.7, 0.65, 0.6)), (0.55, (0.9, 0.85, 0.8)), (0.3, (0.7, 0.6, 0.5)))
 
 
-def run(choose, batch: int, accept: np.ndarray, args, seed: int, closed: bool) -> tuple[float, float]:
-    """(emitted tokens per second, mean k_b of the live slots). accept: [batch, K_MAX] conditional acceptance."""
+def run(choose, batch: int, accept: np.ndarray, args, seed: int, closed: bool, policy=None) -> tuple[float, float]:
+    """(emitted tokens per second, mean k_b of the live slots). accept: [batch, K_MAX] conditional acceptance.
+    policy: the AdaptivePolicy behind `choose`, whose slots are cleared when a closed batch ends (its requests
+    finished, as a worker clears them)."""
     rng = np.random.default_rng(seed)
     left = np.full(batch, args.max_tokens if closed else 10**9)
     drafted = emitted = np.zeros(batch, dtype=np.int64)
@@ -52,6 +54,9 @@ def run(choose, batch: int, accept: np.ndarray, args, seed: int, closed: bool) -
                              verify_seconds=0.95 * t) if (left > 0).any() else None)
         tokens, seconds = tokens + int(emitted.sum()), seconds + t
         ks.append(float(k_b[live].mean()))
+    if closed and policy is not None:
+        for slot in range(batch):
+            policy.on_clear(slot)
     return tokens / seconds, float(np.mean(ks))
 
 
@@ -65,8 +70,8 @@ def compare(batch: int, found: float, rates: tuple, args, closed: bool) -> dict:
              for k in range(K_MAX + 1)}
     policy = AdaptivePolicy(batch, K_MAX)
     for s in (101, 102):  # warm-up runs, like the bench's
-        run(policy.choose, batch, accept, args, s, closed)
-    adaptive = [run(policy.choose, batch, accept, args, s, closed) for s in seeds]
+        run(policy.choose, batch, accept, args, s, closed, policy)
+    adaptive = [run(policy.choose, batch, accept, args, s, closed, policy) for s in seeds]
     best = max(fixed, key=fixed.get)
     return {"mode": "closed" if closed else "open", "batch": batch, "found": found, "accept": list(rates),
             "fixed_vs_none": {k: v / fixed[0] for k, v in fixed.items()}, "best": best,

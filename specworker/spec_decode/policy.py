@@ -186,6 +186,9 @@ class AdaptivePolicy(SpeculationPolicy):
         self._one_hot = np.eye(k_max + 1)[1:]  # [K, K + 1]: column k_b selects row k_b - 1 (k_b = 0: none)
         self._below_k = (np.arange(k_max)[None, :] < np.arange(k_max + 1)[:, None]).astype(np.float64)  # [K + 1, K]
         self.costs = StepCostModel()
+        self.profiles: list[np.ndarray] = []  # [K] raw acceptance of recent finished requests (population_spread)
+        self.profile_window, self.profile_min_reaches = 128, 3.0
+        self._spread: np.ndarray | None = None
         self.allowed = np.zeros(num_slots, dtype=np.int64)  # [N] k_b of the step being verified next (0: not decoding)
         self.draftless = np.zeros(num_slots, dtype=bool)  # [N] admitted draft-less by this policy (cap 0 for life)
         self.num_draftless = 0  # requests admitted draft-less (metrics, tests)
@@ -201,8 +204,24 @@ class AdaptivePolicy(SpeculationPolicy):
         self._reset(slot)
 
     def on_clear(self, slot: int) -> None:
+        reaches, successes = self.slot_counts[:, slot]  # [K] each: the finished request's own evidence
+        if reaches[0] >= self.profile_min_reaches:
+            own = np.where(reaches > 0, successes / np.maximum(reaches, 1e-12), 0.0)
+            self.profiles = (self.profiles + [own])[-self.profile_window:]
+            self._spread = None
         super().on_clear(slot)
         self._reset(slot)
+
+    def population_spread(self) -> np.ndarray:
+        """[K + 1] the standard deviation over the last `profile_window` finished requests of E(K), each from its
+        own acceptance (raw counts, decayed as the slot's were): how far apart requests are (an n-gram lookup finds
+        a lot in one prompt and nothing in another). 0 until two requests are known."""
+        if self._spread is None:
+            if len(self.profiles) < 2:
+                self._spread = np.zeros(self.k_max + 1)
+            else:
+                self._spread = expected_tokens(np.array(self.profiles)).std(axis=0)
+        return self._spread
 
     def on_swap(self, i: int, j: int) -> None:
         super().on_swap(i, j)
@@ -456,6 +475,11 @@ class AdaptivePolicy(SpeculationPolicy):
         left = np.arange(size, 0, -1)  # slots still decoding in segment i
         out = np.empty(self.k_max + 1)
         tokens = np.maximum(remaining[rows], 1)
+        # a slot's E is uncertain by the population's spread, shrunk by its own evidence: prior weight m over its
+        # reaches of position 1 plus m (1 for a slot that has verified nothing yet)
+        m = self.prior_weight
+        unknown = m / (self.pending_decay * self.slot_counts[0, rows, 0] + m)  # [B]
+        spread_e = self.population_spread()  # [K + 1]
         # Blom's normal scores of the order statistics of `size` draws (the normal quantile in Tukey's lambda form,
         # within 1%)
         p = (np.arange(size) + 0.625) / (size + 0.25)
@@ -464,10 +488,12 @@ class AdaptivePolicy(SpeculationPolicy):
             k_b = np.minimum(k, self.cap[rows])
             mean = gain[rows, k_b]  # [B] tokens a step
             variance = np.maximum(square[k_b, np.arange(size)] - mean ** 2, 0.0)
-            # steps slot b needs for its R_b tokens: mean R_b / E_b, variance R_b Var_b / E_b^3 (a renewal count);
+            # steps slot b needs for its R_b tokens: mean R_b / E_b, variance R_b Var_b / E_b^3 (a renewal count)
+            # plus (R_b / E_b^2)^2 times the variance of E_b itself (what is not known of the slot's acceptance);
             # the i-th to finish at its mean plus its spread times the i-th order statistic's score, non-decreasing
             order = np.argsort(tokens / mean)
-            spread = np.sqrt(tokens * variance / mean ** 3)[order]
+            unsure = (tokens / mean ** 2 * unknown * spread_e[k_b]) ** 2
+            spread = np.sqrt(tokens * variance / mean ** 3 + unsure)[order]
             steps = np.maximum.accumulate(np.maximum((tokens / mean)[order] + spread * scores, 0.0))
             lengths = np.diff(steps, prepend=0.0)
             out[k] = float(lengths @ np.interp(left, grid, table[:, k]))

@@ -9,6 +9,7 @@ from specworker.slot_request import SlotRequest
 from specworker.spec_decode.policy import (AdaptivePolicy, FixedPolicy, PolicyStep, SchedulePolicy, build_policy,
                                            expected_tokens)
 from specworker.spec_decode.step_cost_model import StepCost, StepCostModel
+from tests.spec_decode.synthetic_costs import SyntheticCostModel
 
 
 def _step(live, drafted=None, emitted=None, cost=None):
@@ -460,3 +461,24 @@ def test_adaptive_counts_queued_steps_as_if_counted_at_once():
             np.testing.assert_array_equal(policy.totals, totals)
             np.testing.assert_array_equal(policy.k_totals, k_totals)
             np.testing.assert_array_equal(policy.prev_allowed, prev)
+
+
+def test_adaptive_records_finished_requests_and_their_spread_slows_a_drafted_drain():
+    """on_clear files the request's own acceptance when it has >= 3 verifications of position 1; the spread of E(K)
+    over those requests is how far apart requests are, and it lengthens a drain that drafts (the slowest slot is
+    likely one that accepts little) while K = 0 needs exactly R steps whatever the acceptance."""
+    policy = AdaptivePolicy(4, 2)
+    policy.costs = SyntheticCostModel(lambda b, k: 0.01 * (1 + 0.1 * k), k_max=2, ready=True)
+    live, left = np.ones(4, dtype=bool), np.full(4, 60)
+    before = policy.drain_seconds(live, left)
+    policy.slot_counts[:, 0] = [[1.0, 1.0], [1.0, 1.0]]  # one verification: too little to file
+    policy.on_clear(0)
+    assert policy.profiles == []
+    for slot, accepted in ((1, 0.9), (2, 0.0)):
+        policy.slot_counts[:, slot] = [[10.0, 9.0], [10.0 * accepted, 9.0 * accepted]]
+        policy.on_clear(slot)
+    assert len(policy.profiles) == 2
+    np.testing.assert_allclose(policy.population_spread(), [0.0, 0.45, 0.45 + 0.405], atol=1e-9)
+    after = policy.drain_seconds(live, left)
+    assert after[0] == pytest.approx(before[0])  # K = 0: R steps, exactly
+    assert after[1] > 1.02 * before[1] and after[2] > 1.02 * before[2]

@@ -25,12 +25,13 @@ def compute_bound(batch: int, k: int, drafts: int) -> float:  # every fed token 
     return 0.02 + 0.004 * (batch + drafts)
 
 
-def replay(choose, batch, accept, cost, seed, tokens_each=None):
+def replay(choose, batch, accept, cost, seed, tokens_each=None, policy=None):
     """Emitted tokens per second over STEPS decode steps of `batch` slots that never finish, or (tokens_each) until
     every slot has emitted that many tokens, no request taking a freed slot (a closed batch: the policy is told
     each slot's remaining tokens, as a worker with no waiting request tells it). accept: the conditional acceptance
     per position ([K] or per slot [batch, K]), or a dict k -> it for a step whose previous step allowed k drafts
-    (that step's k placed the anchor)."""
+    (that step's k placed the anchor). policy: the AdaptivePolicy behind `choose`, whose slots a closed batch clears
+    when it ends (its requests finished, as a worker clears them)."""
     rng = np.random.default_rng(seed)
     factors = np.exp(rng.normal(0, 0.15, STEPS)) * np.where(rng.random(STEPS) < 0.05, 3.0, 1.0)
     uniform = rng.random((STEPS, batch, K_MAX))  # the same draws for every contender
@@ -58,6 +59,9 @@ def replay(choose, batch, accept, cost, seed, tokens_each=None):
         previous = StepCost(num_slots=size, num_drafts=int(k_b.sum()), num_substeps=substeps, seconds=t,
                             verify_seconds=0.6 * t) if (left > 0).any() else None
         tokens, seconds = tokens + int(emitted.sum()), seconds + t
+    if tokens_each is not None and policy is not None:  # the batch's requests finished: the worker clears them
+        for slot in range(batch):
+            policy.on_clear(slot)
     return tokens / seconds
 
 
@@ -132,8 +136,8 @@ def closed_batch_vs_best_fixed(batch, accept, cost, tell_remaining=True) -> tupl
         choose = policy.choose if tell_remaining else (
             lambda step: policy.choose(dataclasses.replace(step, remaining=None)))
         for warm in (100, 200):
-            replay(choose, batch, accept, cost, warm + s, 64)
-        adaptive.append(replay(choose, batch, accept, cost, s, 64))
+            replay(choose, batch, accept, cost, warm + s, 64, policy)
+        adaptive.append(replay(choose, batch, accept, cost, s, 64, policy))
     best = max(fixed, key=fixed.get)
     return float(np.mean(adaptive) / fixed[best]), best
 
