@@ -58,10 +58,11 @@ class SpeculationPolicy:
     """Base: per-slot caps that follow the slot moves (a SlotFollower), and `choose`.
 
     `owns_budget`: the choice replaces speculate_update's adaptive budget (actual_draft_token_nums := k_b);
-    False (fixed): that budget still applies, capped by k_b.
+    False (fixed): that budget still applies, capped by k_b. `reads_remaining`: choose uses PolicyStep.remaining.
     """
 
     owns_budget = True
+    reads_remaining = False  # choose reads PolicyStep.remaining (the worker builds it only then)
 
     def __init__(self, num_slots: int, k_max: int, *, pin_sampled: bool = False):
         """pin_sampled: sampled requests keep k_b = cap (their tokens depend on k_b under the verify strategy)."""
@@ -152,6 +153,8 @@ class AdaptivePolicy(SpeculationPolicy):
     its life, so its draft prefill is skipped and a batch of such slots runs no proposer at all. A step holding
     draft-less slots files no K >= 1 cost (it drafted for fewer slots than T(B, K) assumes).
     """
+
+    reads_remaining = True
 
     def __init__(self, num_slots: int, k_max: int, *, pin_sampled: bool = False,
                  prior_weight: float = 6.0, decay: float = 0.92, need: int = 3, hold: int = 2,

@@ -200,8 +200,9 @@ class Worker:
     def _remaining_tokens(self) -> np.ndarray | None:
         """[N] int64 tokens each slot's request may still generate before this step (max_tokens less its output; 0
         for a free slot), when no request waits for a slot: the batch drains, and the adaptive policy weighs its
-        choice by the time to finish (docs/adaptive.md, "Draining batches"); None while requests wait."""
-        if self.scheduler.waiting:
+        choice by the time to finish (docs/adaptive.md, "Draining batches"); None while requests wait, or when the
+        policy does not read it."""
+        if self.scheduler.waiting or not self.runner.policy.reads_remaining:
             return None
         batch = self.runner.input_batch
         remaining = np.zeros(batch.num_slots, dtype=np.int64)

@@ -96,16 +96,22 @@ def test_replay_can_fail():
 ANCHOR_DEPENDENT = {0: (0.8, 0.85, 0.95), 1: (0.82, 0.85, 0.95), 2: (0.93, 0.84, 0.95), 3: (0.74, 0.88, 0.95)}
 
 
-def adaptive_vs_best_fixed(batch: int, accept, **policy_kw) -> tuple[float, int]:
-    """(adaptive tokens/s over the best fixed K's, that K), mean of 3 seeds, after a warm-up replay."""
+def adaptive_vs_best_fixed(batch: int, accept, cost=dispatch_bound, *, tokens_each=None, warmups=(100,),
+                           tell_remaining=True, **policy_kw) -> tuple[float, int]:
+    """(adaptive tokens/s over the best fixed K's, that K), mean of 3 seeds, after a warm-up replay per seed in
+    `warmups`. tokens_each: a closed batch of that many tokens a slot (replay); tell_remaining False: the policy is
+    not told the remaining tokens (the open objective, tokens per second now)."""
     seeds = (1, 2, 3)
-    fixed = {k: np.mean([replay(lambda step, k=k: k, batch, accept, dispatch_bound, s) for s in seeds])
+    fixed = {k: np.mean([replay(lambda step, k=k: k, batch, accept, cost, s, tokens_each) for s in seeds])
              for k in range(K_MAX + 1)}
     adaptive = []
     for s in seeds:
         policy = AdaptivePolicy(batch, K_MAX, **policy_kw)
-        replay(policy.choose, batch, accept, dispatch_bound, 100 + s)
-        adaptive.append(replay(policy.choose, batch, accept, dispatch_bound, s))
+        choose = policy.choose if tell_remaining else (
+            lambda step: policy.choose(dataclasses.replace(step, remaining=None)))
+        for warm in warmups:
+            replay(choose, batch, accept, cost, warm + s, tokens_each, policy)
+        adaptive.append(replay(choose, batch, accept, cost, s, tokens_each, policy))
     best = max(fixed, key=fixed.get)
     return float(np.mean(adaptive) / fixed[best]), best
 
@@ -121,25 +127,6 @@ def test_pooled_acceptance_misses_the_best_k():
     totals), so the test above can fail."""
     ratio, best = adaptive_vs_best_fixed(4, ANCHOR_DEPENDENT, k_prior_weight=1e12)
     assert best == 2 and ratio < 0.95, f"adaptive = {ratio:.3f}x of fixed K = {best}"
-
-
-def closed_batch_vs_best_fixed(batch, accept, cost, tell_remaining=True) -> tuple[float, int]:
-    """(adaptive tokens/s over the best fixed K's, that K) in a closed batch of 64 tokens a slot, mean of 3 seeds,
-    after two warm-up batches like the bench's. tell_remaining False: the policy is not told the remaining tokens
-    (the open objective, tokens per second now)."""
-    seeds = (1, 2, 3)
-    fixed = {k: np.mean([replay(lambda step, k=k: k, batch, accept, cost, s, 64) for s in seeds])
-             for k in range(K_MAX + 1)}
-    adaptive = []
-    for s in seeds:
-        policy = AdaptivePolicy(batch, K_MAX)
-        choose = policy.choose if tell_remaining else (
-            lambda step: policy.choose(dataclasses.replace(step, remaining=None)))
-        for warm in (100, 200):
-            replay(choose, batch, accept, cost, warm + s, 64, policy)
-        adaptive.append(replay(choose, batch, accept, cost, s, 64, policy))
-    best = max(fixed, key=fixed.get)
-    return float(np.mean(adaptive) / fixed[best]), best
 
 
 # Half the slots accept at 0.9 / 0.85 / 0.8, half at half that: fast slots finish early and the slow ones bound the
@@ -158,12 +145,13 @@ def test_adaptive_reaches_the_best_fixed_k_in_a_draining_batch(batch, cost):
     batches"): >= 0.965x of the best fixed K (no speculation, here) on these noisy costs (0.970-0.993 measured; the
     lookup replay of benchmarks/policy_replay.py, less noisy: 0.977-1.0 in every closed case). At 4 slots, where
     fixed K = 1 beats no speculation by 2-4%, the same measures 0.93-1.0 over three sets of seeds: a known gap."""
-    ratio, best = closed_batch_vs_best_fixed(batch, MIXED[:batch], cost)
+    ratio, best = adaptive_vs_best_fixed(batch, MIXED[:batch], cost, tokens_each=64, warmups=(100, 200))
     assert ratio >= 0.965, f"adaptive = {ratio:.3f}x of fixed K = {best}"
 
 
 def test_the_open_objective_loses_in_a_draining_batch():
     """The check above fails for the policy that is not told the remaining tokens (tokens per second now): with 64
     dispatch-bound slots the fast slots' drafts thin the batch instead of ending it sooner."""
-    ratio, best = closed_batch_vs_best_fixed(64, MIXED, dispatch_bound, tell_remaining=False)
+    ratio, best = adaptive_vs_best_fixed(64, MIXED, dispatch_bound, tokens_each=64, warmups=(100, 200),
+                                         tell_remaining=False)
     assert ratio < 0.965, f"adaptive = {ratio:.3f}x of fixed K = {best}"
