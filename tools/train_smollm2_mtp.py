@@ -48,7 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specworker.config import load_config  # noqa: E402
 from specworker.model_executor.models.checkpoint import (  # noqa: E402
-    load_mtp, load_target, read_draft_vocab, read_target_arch, save_draft_vocab, save_mtp)
+    _load_state, draft_file, load_mtp, load_target, read_draft_vocab, read_target_arch, save_draft_vocab, save_mtp,
+    skip_random_init)
 from specworker.model_executor.models.mtp import MTPDraft  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "smollm2.yaml"
@@ -162,7 +163,37 @@ def pick_logits(logits: paddle.Tensor, ids: paddle.Tensor) -> paddle.Tensor:
     return paddle.gather(logits.reshape([-1]), flat.reshape([-1])).reshape(flat.shape)
 
 
-def losses(model, draft, batch, args, rng) -> tuple[paddle.Tensor, list[float], list[float]]:
+class TrainVocab:
+    """The cross entropy over the draft vocabulary only (--train-vocab N: the first N ranked ids), as the engine
+    drafts with draft_vocab_size = N: logits are norm(x) @ lm_head[:, ids] (a sixth of the lm_head's work at
+    N = 8192, the step's largest part), labels and top-k targets become columns of that slice; a position whose
+    greedy token is outside it is not sampled for the cross entropy (the draft cannot propose it), and top-k
+    entries outside it get probability 0 (the rest renormalized; the greedy token keeps every row non-empty)."""
+
+    def __init__(self, model, ranked: np.ndarray):
+        vocab = model.arch.vocab_size
+        column = np.full(vocab, -1, dtype=np.int64)
+        column[ranked] = np.arange(len(ranked))
+        self.column = paddle.to_tensor(column)
+        self.head = paddle.gather(model.lm_head, paddle.to_tensor(ranked.astype(np.int64)), axis=1).detach()
+        self.norm = model.norm
+
+    def logits(self, rows: paddle.Tensor) -> paddle.Tensor:
+        return paddle.matmul(self.norm.forward_train(rows), self.head)
+
+    def columns(self, ids: paddle.Tensor) -> paddle.Tensor:
+        return paddle.gather(self.column, ids.reshape([-1])).reshape(ids.shape)
+
+    def soft(self, top_ids: paddle.Tensor, top_prob: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
+        cols = self.columns(top_ids)
+        inside = cols >= 0
+        prob = paddle.where(inside, top_prob, paddle.zeros_like(top_prob))
+        prob = prob / paddle.clip(prob.sum(-1, keepdim=True), min=1e-12)
+        return paddle.where(inside, cols, paddle.zeros_like(cols)), prob
+
+
+def losses(model, draft, batch, args, rng, vocab: TrainVocab | None = None
+           ) -> tuple[paddle.Tensor, list[float], list[float]]:
     """(weighted loss, CE per substep, regression MSE per substep) of one batch of windows."""
     ids, hidden, greedy, same_doc, _, _, soft = batch
     length, b = args.seq_len, ids.shape[0]
@@ -174,15 +205,24 @@ def losses(model, draft, batch, args, rng) -> tuple[paddle.Tensor, list[float], 
     if args.soft_weight:  # the target's top-k distribution of token j + 2, per column j: [B * L, top_k]
         top_ids = soft[0][:, 1:length + 1].reshape([b * length, -1])
         top_prob = soft[1][:, 1:length + 1].reshape([b * length, -1])
+    logits_of = model.logits_train
+    labelled = np.ones((b, length), dtype=bool)
+    if vocab is not None:
+        labels = vocab.columns(labels)
+        labelled = labels.numpy() >= 0
+        labels = paddle.clip(labels, min=0)
+        if args.soft_weight:
+            top_ids, top_prob = vocab.soft(top_ids, top_prob)
+        logits_of = vocab.logits
     feat_scale = float(target_feat.square().mean())
     total, ces, regs = 0.0, [], []
     for s, out in enumerate(outs):
         valid = same_doc.copy()
         valid[:, :s] = False  # columns j < s have no anchor for substep s + 1
-        rows = np.flatnonzero(valid.reshape(-1))
+        rows = np.flatnonzero((valid & labelled).reshape(-1))
         pick = paddle.to_tensor(rng.choice(rows, size=min(args.ce_rows, len(rows)), replace=False))
         flat = out.reshape([b * length, -1])
-        logits = model.logits_train(paddle.gather(flat, pick))  # [R, V]
+        logits = logits_of(paddle.gather(flat, pick))  # [R, V] (or [R, N] with --train-vocab)
         label = paddle.gather(labels.reshape([-1]), pick)  # [R]
         ce_rows = F.cross_entropy(logits, label.unsqueeze(-1), reduction="none").reshape([-1])  # [R]
         ce = ce_rows.mean()
@@ -255,14 +295,25 @@ def train(args) -> None:
     train_c, held_c = load_cache(args.work, "train"), load_cache(args.work, "held")
     print(f"train {len(train_c['ids'])} tokens ({int(train_c['answer'].sum())} answer), held-out "
           f"{len(held_c['ids'])} tokens ({int(held_c['answer'].sum())} answer)", flush=True)
-    draft = MTPDraft(model)
-    # eh_proj starts as identity on the hidden half: the draft's first output is the target's own feature
-    # h_j plus the layer's small residual, so training starts from the target's logits at j instead of
-    # random logits (cross entropy ~8 instead of ~28 at step 1)
-    h = model.arch.hidden_size
-    init = draft.eh_proj.numpy()
-    init[h:] = np.eye(h, dtype=np.float32)
-    draft.eh_proj.set_value(init)
+    if args.init:  # continue from a written head (a warm start: its own cosine schedule from --lr)
+        with skip_random_init():
+            draft = MTPDraft(model)
+        _load_state(draft, draft_file(str(args.init)), model.arch, model.tp)
+        draft.train()
+    else:
+        draft = MTPDraft(model)
+        # eh_proj starts as identity on the hidden half: the draft's first output is the target's own feature
+        # h_j plus the layer's small residual, so training starts from the target's logits at j instead of
+        # random logits (cross entropy ~8 instead of ~28 at step 1)
+        h = model.arch.hidden_size
+        init = draft.eh_proj.numpy()
+        init[h:] = np.eye(h, dtype=np.float32)
+        draft.eh_proj.set_value(init)
+    ranked = None
+    if args.train_vocab:
+        ranked = read_draft_vocab(Path(args.vocab_from or args.init or args.out),
+                                  model.arch.vocab_size)[:args.train_vocab].astype(np.int64)
+    vocab = None if ranked is None else TrainVocab(model, ranked)
     params = draft.parameters()
     print(f"draft: {sum(int(np.prod(p.shape)) for p in params)} parameters, unroll {args.unroll}", flush=True)
     opt = paddle.optimizer.AdamW(learning_rate=args.lr, parameters=params, weight_decay=0.01, beta1=0.9,
@@ -277,7 +328,7 @@ def train(args) -> None:
             break
         opt.set_lr(lr_at(step, steps, args.lr))
         starts = rng.integers(0, n - args.seq_len - 2, size=args.batch_size)
-        loss, ces, regs = losses(model, draft, window_batch(train_c, starts, args.seq_len), args, rng)
+        loss, ces, regs = losses(model, draft, window_batch(train_c, starts, args.seq_len), args, rng, vocab)
         loss.backward()
         opt.step()
         opt.clear_grad()
@@ -287,8 +338,11 @@ def train(args) -> None:
             if (step + 1) % args.eval_every == 0 or last:
                 draft.eval()
                 windows = 10 ** 6 if last else args.eval_windows  # the final evaluation reads every window
-                chains, entry["anchors"] = chain_acceptance(model, draft, held_c, args.seq_len, 3, windows)
+                chains, entry["anchors"] = chain_acceptance(model, draft, held_c, args.seq_len, 3, windows,
+                                                            (None,) if ranked is None else (None, ranked))
                 entry["held_chain"] = chains[0]
+                if ranked is not None:  # drafting from the training vocabulary, as the engine does
+                    entry["held_chain_vocab"] = chains[1]
                 draft.train()
             log.append(entry)
             print(json.dumps(entry), flush=True)
@@ -343,6 +397,11 @@ def main(argv=None) -> None:
                    help="weight of the cross entropy against the target's top-k distribution (distillation); "
                    "1 - this weighs the cross entropy against its greedy token")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init", default=None, help="train: start from this directory's mtp.safetensors")
+    p.add_argument("--train-vocab", type=int, default=0,
+                   help="train: cross entropy over the first N ranked ids of draft_vocab.safetensors (0: all)")
+    p.add_argument("--vocab-from", default=None,
+                   help="train: directory of draft_vocab.safetensors (default: --init, else --out)")
     p.add_argument("--splits", default="train,held", help="cache: which splits")
     p.add_argument("--threads", type=int, default=2, help="math library threads (Paddle's default is 1)")
     p.add_argument("--top-k", type=int, default=16, help="cache: the target's top-k next tokens kept per position")

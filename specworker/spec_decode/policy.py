@@ -89,10 +89,12 @@ class SpeculationPolicy:
             a[dst] = a[src]
         self.cap[src], self.pinned[src] = self.k_max, False
 
-    def admit(self, slot: int, num_slots: int) -> bool:
+    def admit(self, slot: int, num_slots: int, remaining: np.ndarray | None = None) -> bool:
         """Once per request, before its first prompt chunk, num_slots = the occupied slots after this step's
         admissions: whether the request may ever draft. False: the slot is draft-less (cap 0 for its life) and the
-        proposer may skip what only drafting needs (the MTP draft prefill). Here: only an override of 0."""
+        proposer may skip what only drafting needs (the MTP draft prefill). remaining: [N] tokens each occupied
+        slot may still generate when no request waits after these admissions (the batch will drain; 0 for a free
+        slot), else None (as PolicyStep.remaining). Here: only an override of 0."""
         return self.may_draft(slot)
 
     def may_draft(self, slot: int) -> bool:
@@ -248,21 +250,23 @@ class AdaptivePolicy(SpeculationPolicy):
         self.prev_allowed[slot] = 0
         self.draftless[slot] = False
 
-    def admit(self, slot: int, num_slots: int) -> bool:
-        """Draft-less when K = 0 is settled at num_slots (prefers_no_drafts); never a pinned request (its tokens
-        depend on k_b, so timing must not decide it)."""
-        if self.cap[slot] > 0 and not self.pinned[slot] and self.prefers_no_drafts(num_slots):
+    def admit(self, slot: int, num_slots: int, remaining: np.ndarray | None = None) -> bool:
+        """Draft-less when K = 0 is settled at num_slots (prefers_no_drafts; on the drain objective when `remaining`
+        says the batch drains); never a pinned request (its tokens depend on k_b, so timing must not decide it)."""
+        if self.cap[slot] > 0 and not self.pinned[slot] and self.prefers_no_drafts(num_slots, remaining):
             self.cap[slot] = 0
             self.draftless[slot] = True
             self.num_draftless += 1
         return self.may_draft(slot)
 
-    def prefers_no_drafts(self, num_slots: int) -> bool:
+    def prefers_no_drafts(self, num_slots: int, remaining: np.ndarray | None = None) -> bool:
         """K = 0 is settled at batch size num_slots: every K has `need` steady observations, with a summed kernel
         weight >= 1 at num_slots (the prediction there rests on near observations, not on far ones), and at the
-        worker prior acceptance no K >= 1 comes within `switch_margin` of K = 0's rate. (A settled choice, not the
-        current one: a draft-less request cannot draft later, so neither an exploration nor an extrapolation may
-        make it so.)"""
+        worker prior acceptance no K >= 1 comes within `switch_margin` of K = 0's rate. When the batch drains
+        (`remaining` given, more than one slot left), the objective is the one the steps will be chosen by: every
+        K >= 1 takes `switch_margin` longer than K = 0 to drain the batch (drain_seconds), the slots as they are
+        (the new ones at the prior). (A settled choice, not the current one: a draft-less request cannot draft
+        later, so neither an exploration nor an extrapolation may make it so.)"""
         if num_slots < 1 or any(self.costs.count.get(k, 0) < self.need for k in range(self.k_max + 1)):
             return False
         # The acceptance must rest on evidence too: after one request's exploration the Laplace-smoothed totals hold a
@@ -272,6 +276,10 @@ class AdaptivePolicy(SpeculationPolicy):
             return False
         if self.costs.support(num_slots, self.k_max).min() < 1.0:
             return False
+        live = None if remaining is None else np.asarray(remaining) > 0
+        if live is not None and live.sum() > 1:
+            drain = self.drain_seconds(live, np.asarray(remaining))  # [K + 1]
+            return bool((1 + self.switch_margin) * drain[0] <= drain[1:].min())
         # relative costs: while only K = 0 runs, the load may change since K >= 1 was last measured
         seconds = self.costs.predict_relative(num_slots, self.k_max)
         gain, _ = self.expected_by_k(self.prior()[None, :])

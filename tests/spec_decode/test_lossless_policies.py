@@ -188,8 +188,8 @@ def _record_admissions(worker):
     admitted, policy = {}, worker.runner.policy
     admit = policy.admit
 
-    def recorded(slot, num_slots):
-        admitted[worker.input_batch.req_ids[slot]] = may = admit(slot, num_slots)
+    def recorded(slot, num_slots, remaining=None):
+        admitted[worker.input_batch.req_ids[slot]] = may = admit(slot, num_slots, remaining)
         return may
 
     policy.admit = recorded
@@ -297,3 +297,34 @@ def test_policy_is_told_the_remaining_tokens_only_while_nothing_waits(monkeypatc
         free &= {slot for slot, req_id in enumerate(batch.req_ids) if req_id is None}  # free during the step
         assert all(remaining[slot] == 0 for slot in free)
     assert any(r is None for r in seen) and any(r is not None for r in seen)
+
+
+
+def test_admission_is_told_the_remaining_tokens_only_when_nothing_waits(monkeypatch):
+    """SpeculationPolicy.admit(remaining=): None while a request still waits after the step's admissions (2 slots, 3
+    requests: the first two); for the third, admitted when nothing else waits, per slot max_tokens less the tokens
+    its request had returned before that step (the new one's max_tokens), 0 at a free slot. Checked against the
+    outputs the worker returns."""
+    worker = Worker(make_config(method="mtp", k=2, steps=2, policy="adaptive", max_num_seqs=2))
+    batch = worker.runner.input_batch
+    reqs = random_requests(3, seed=5, max_prompt=12, max_tokens=(6, 14))
+    made = {r.req_id: 0 for r in reqs}
+    seen = {}  # req_id -> (remaining, the slots' requests, the tokens returned so far) at its admission
+    admit = worker.runner.policy.admit
+
+    def spy(slot, num_slots, remaining=None):
+        seen[batch.req_ids[slot]] = (None if remaining is None else remaining.copy(), list(batch.req_ids), dict(made))
+        return admit(slot, num_slots, remaining)
+
+    monkeypatch.setattr(worker.runner.policy, "admit", spy)
+    for r in reqs:
+        worker.add_request(r.req_id, r.prompt, r.params)
+    while worker.has_unfinished():
+        for out in worker.step():
+            made[out.request_id] += len(out.new_token_ids)
+    assert seen[reqs[0].req_id][0] is None and seen[reqs[1].req_id][0] is None
+    remaining, slots, returned = seen[reqs[2].req_id]
+    budget = {r.req_id: r.params.max_tokens for r in reqs}
+    expected = [0 if req_id is None else budget[req_id] - returned[req_id] for req_id in slots]
+    assert remaining is not None and remaining.tolist() == expected
+    assert expected.count(budget[reqs[2].req_id]) >= 1 and sum(e > 0 for e in expected) == 2

@@ -361,6 +361,44 @@ def test_adaptive_admits_draftless_only_where_no_drafts_is_settled():
     assert cheap.admit(0, 32)
 
 
+def _tied_at(batch, k1_seconds):
+    """A k_max = 2 AdaptivePolicy settled at `batch` slots (need steady steps per K, admit_min_reaches verifications,
+    prior acceptance 0.5): K = 0 costs 10 ms, K = 1 `k1_seconds`, K = 2 20 ms."""
+    policy = AdaptivePolicy(batch, 2)
+    for k, seconds in enumerate((0.010, k1_seconds, 0.020)):
+        for _ in range(policy.need):
+            policy.costs.add(k, _cost(batch, batch * k, k, seconds))
+    policy.total_reaches[:] = policy.admit_min_reaches
+    policy.total_successes[:] = policy.total_reaches / 2
+    return policy
+
+
+def test_adaptive_admits_draftless_on_the_drain_objective_when_the_batch_drains():
+    """The tiny pair's closed batch of 16 requests: the rate at the prior ties K = 1 with K = 0 (1.5 tokens for 15 ms
+    against 1 for 10 ms), so admission on the rate objective keeps drafts, and the steps then explore and pay the
+    policy's bookkeeping (0.916x of no speculation in the bench). When nothing waits, the steps are chosen by the time
+    to drain the batch, and so is admission: 96 tokens a slot take 96 steps at K = 0 (0.96 s) and ~64 + the spread of
+    the slowest of 16 at K = 1 (>= 2% longer), so K = 0 is settled and the request is admitted draft-less. Cheap drafts
+    (K = 1 at 10.5 ms) drain faster, and the request keeps them."""
+    remaining = np.full(16, 96)
+    tied = _tied_at(16, 0.015)
+    drain = tied.drain_seconds(np.ones(16, dtype=bool), remaining)
+    assert drain[1] > (1 + tied.switch_margin) * drain[0]
+    tied.on_insert(0, _request())
+    assert tied.admit(0, 16) and not tied.draftless[0]  # open batch (requests wait): the rate objective, a tie
+    tied.on_clear(0)
+    for slot in range(16):
+        tied.on_insert(slot, _request())
+    assert not tied.admit(0, 16, remaining) and tied.draftless[0]
+    remaining_one = np.zeros(16, dtype=np.int64)
+    remaining_one[1] = 96
+    assert tied.admit(1, 1, remaining_one) and not tied.draftless[1]  # one slot left: the rate objective's choice
+    cheap = _tied_at(16, 0.0105)
+    for slot in range(16):
+        cheap.on_insert(slot, _request())
+    assert cheap.admit(0, 16, remaining) and not cheap.draftless[0]
+
+
 def test_adaptive_draftless_flag_follows_the_slot_moves():
     policy = _settled_at(32)
     policy.on_insert(1, _request())
