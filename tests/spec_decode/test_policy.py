@@ -399,6 +399,30 @@ def test_adaptive_admits_draftless_on_the_drain_objective_when_the_batch_drains(
     assert cheap.admit(0, 16, remaining) and not cheap.draftless[0]
 
 
+def test_adaptive_admissions_of_one_step_share_one_decision(monkeypatch):
+    """A step admitting 16 requests into a draining batch predicts the drain once (~0.2 ms at 64 slots; per admission
+    it was 12 ms a batch of 64), and decides afresh after the next choose or on new evidence."""
+    policy = _tied_at(16, 0.015)
+    calls = []
+    decide = policy.prefers_no_drafts
+    monkeypatch.setattr(policy, "prefers_no_drafts", lambda *a: (calls.append(a), decide(*a))[1])
+    remaining = np.full(16, 96)
+    for slot in range(16):
+        policy.on_insert(slot, _request())
+    assert not any(policy.admit(slot, 16, remaining) for slot in range(16)) and policy.draftless.all()
+    assert len(calls) == 1
+    policy.on_clear(3)
+    policy.on_insert(3, _request())
+    policy.costs.add(0, _cost(16, 0, 0, 0.010))  # new evidence: decided again
+    policy.admit(3, 16, remaining)
+    assert len(calls) == 2
+    policy.on_clear(4)
+    policy.on_insert(4, _request())
+    policy.choose(_step([True] * 16, emitted=[1] * 16))
+    policy.admit(4, 16, remaining)
+    assert len(calls) == 3
+
+
 def test_adaptive_draftless_flag_follows_the_slot_moves():
     policy = _settled_at(32)
     policy.on_insert(1, _request())
