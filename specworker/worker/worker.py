@@ -216,8 +216,9 @@ class Worker:
         for req, slot in zip(plan.admitted, free):
             params = req.params
             self.runner.insert(slot, params.to_slot_request(req.req_id, req.prompt_token_ids, req.block_ids))
-        # the batch the admissions join, and whether it drains (nothing waits): the policy's admission reads it
-        remaining = self._remaining_tokens() if plan.admitted else None
+        # the batch the admissions join, and whether it drains (nothing waits): the policy's admission reads it at a
+        # request's first chunk, which may come steps after its admission (a prefill paused for the token budget)
+        remaining = self._remaining_tokens() if any(chunk.start == 0 for chunk in plan.prefill) else None
         for chunk in plan.prefill:
             slot = batch.slot_of(chunk.req.req_id)
             self.runner.write_prefill(slot, chunk.req.prompt_token_ids, chunk.start, chunk.length,

@@ -328,3 +328,33 @@ def test_admission_is_told_the_remaining_tokens_only_when_nothing_waits(monkeypa
     expected = [0 if req_id is None else budget[req_id] - returned[req_id] for req_id in slots]
     assert remaining is not None and remaining.tolist() == expected
     assert expected.count(budget[reqs[2].req_id]) >= 1 and sum(e > 0 for e in expected) == 2
+
+
+def test_admission_of_a_paused_prefill_is_told_the_remaining_tokens():
+    """A request admitted while another's prompt fills the step's token budget starts its prefill a step later (the
+    scheduler pauses it); its admission (at that first chunk) is on the drain objective too when nothing waits. Every
+    admission gets remaining tokens exactly when no request waits at that step (3 slots, 3 requests, 24-token
+    budget for prompts of 12-20 tokens: some first chunks come after their admission step)."""
+    worker = Worker(make_config(method="mtp", k=2, steps=2, policy="adaptive", max_num_seqs=3,
+                                max_num_batched_tokens=24))
+    batch = worker.runner.input_batch
+    seen, admitted_at = [], {}
+    admit = worker.runner.policy.admit
+
+    def spy(slot, num_slots, remaining=None):
+        seen.append((batch.req_ids[slot], worker.num_steps, bool(worker.scheduler.waiting), remaining is not None))
+        return admit(slot, num_slots, remaining)
+
+    worker.runner.policy.admit = spy
+    reqs = random_requests(3, seed=11, max_prompt=20, max_tokens=(6, 10))
+    reqs = [dataclasses.replace(r, prompt=(r.prompt * 3)[:12 + 4 * i]) for i, r in enumerate(reqs)]
+    for r in reqs:
+        worker.add_request(r.req_id, r.prompt, r.params)
+    while worker.has_unfinished():
+        before = worker.num_steps
+        worker.step()
+        for req in worker.scheduler.running:
+            admitted_at.setdefault(req.req_id, before)
+    assert len(seen) == 3 and all(told == (not waiting) for _, _, waiting, told in seen)
+    assert any(step > admitted_at[req_id] for req_id, step, _, _ in seen)  # a first chunk after its admission
+    assert all(told for *_, told in seen)  # nothing waits here: every admission drains
