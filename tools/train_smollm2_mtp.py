@@ -311,6 +311,9 @@ def train(args) -> None:
         draft.eh_proj.set_value(init)
     ranked = None
     if args.train_vocab:
+        if args.train_vocab > model.arch.vocab_size:
+            raise SystemExit(f"--train-vocab {args.train_vocab}: allowed 0 (the full vocabulary) to the target's "
+                             f"vocabulary size {model.arch.vocab_size}")
         ranked = read_draft_vocab(Path(args.vocab_from or args.init or args.out),
                                   model.arch.vocab_size)[:args.train_vocab].astype(np.int64)
     vocab = None if ranked is None else TrainVocab(model, ranked)
@@ -418,6 +421,8 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     if args.draft_vocab and min(args.draft_vocab) < 0:
         p.error(f"--draft-vocab {args.draft_vocab}: allowed: integers >= 0")
+    if args.train_vocab < 0:
+        p.error(f"--train-vocab {args.train_vocab}: allowed: 0 (the full vocabulary) or a positive id count")
     if args.stage != "cache" and args.out is None:
         p.error(f"{args.stage} needs --out")
     paddle.base.core.set_num_threads(args.threads)
