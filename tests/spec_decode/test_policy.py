@@ -553,3 +553,45 @@ def test_adaptive_records_finished_requests_and_their_spread_slows_a_drafted_dra
     after = policy.drain_seconds(live, left)
     assert after[0] == pytest.approx(before[0])  # K = 0: R steps, exactly
     assert after[1] > 1.02 * before[1] and after[2] > 1.02 * before[2]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_adaptive_kept_decisions_repeat_what_the_full_choice_gives(seed):
+    """_kept_choice (a step that keeps the current decision returns its output without the ~20 numpy calls of the
+    full path) changes nothing: over random steps (live slots changing, caps set, swaps, drains, explorations) the
+    policy chooses exactly as one whose shortcut is off, and keeps the same state; and the shortcut is taken."""
+    rng = np.random.default_rng(seed)
+    n, k_max = int(rng.integers(1, 9)), int(rng.integers(1, 4))
+    fast, full = AdaptivePolicy(n, k_max), AdaptivePolicy(n, k_max)
+    full._kept_choice = lambda signature: None
+    taken = []
+    shortcut = fast._kept_choice
+    fast._kept_choice = lambda signature: (taken.append(shortcut(signature)), taken[-1])[1]
+    live = np.ones(n, dtype=bool)
+    for _ in range(400):
+        if rng.random() < 0.05:
+            live = rng.random(n) < 0.8
+        changes = (rng.random() < 0.02, int(rng.integers(n)), int(rng.integers(k_max + 1)), rng.random() < 0.02)
+        emitted_draws = rng.integers(1, k_max + 2, n)
+        seconds = 0.005 + 1e-4 * rng.random()
+        remaining = None if rng.random() < 0.5 else rng.integers(0, 50, n)
+        outs = []
+        for policy in (fast, full):
+            if changes[0]:
+                policy.cap[changes[1]] = changes[2]
+            if changes[3] and n > 1:
+                policy.on_swap(0, n - 1)
+            drafted = np.where(live, policy.allowed, 0)
+            cost = StepCost(num_slots=max(int(live.sum()), 1), num_drafts=int(drafted.sum()), num_substeps=policy.last_k,
+                            seconds=seconds + 1e-3 * policy.last_k, verify_seconds=0.003)
+            outs.append(policy.choose(PolicyStep(live=live, drafted=drafted, emitted=np.where(
+                live, np.minimum(emitted_draws, drafted + 1), 0), cost=cost, remaining=remaining)))
+        np.testing.assert_array_equal(outs[0], outs[1])
+        for name in ("allowed", "prev_allowed", "recent_k", "recent_draftless", "num_choices", "last_k", "kept_k",
+                     "explore_interval", "num_explorations"):
+            np.testing.assert_array_equal(getattr(fast, name), getattr(full, name), err_msg=name)
+        assert (fast.decision is None) == (full.decision is None)
+        if fast.decision is not None:
+            assert fast.decision[1:3] == full.decision[1:3]
+            np.testing.assert_array_equal(fast.decision[3], full.decision[3])
+    assert sum(out is not None for out in taken) > 100
