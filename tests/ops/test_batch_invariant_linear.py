@@ -341,20 +341,23 @@ def test_batch_invariant_linear_thread_count_changes_no_bit(tmp_path):
     _check_path_results(results)
 
 
-@pytest.mark.parametrize("layout", ["plain", "panels", "panels_bf16"])
-def test_batch_invariant_linear_threaded_calls_repeat_their_bits(layout):
+@pytest.mark.parametrize("layout,n", [(layout, 4096) for layout in ("plain", "panels", "panels_bf16")] +
+                         [("panels", 576), ("panels_bf16", 544), ("plain", 150), ("plain", 1000)])
+def test_batch_invariant_linear_threaded_calls_repeat_their_bits(layout, n):
     """Many back-to-back calls that the pool splits between threads (576 x 4096: 9 MB of weights) all
-    give the documented bits: no unit of work is lost or run twice, whatever the threads' timing."""
+    give the documented bits: no unit of work is lost or run twice, whatever the threads' timing. Also where the
+    64-column blocks do not split evenly over two threads and the last ones are cut into 32-column blocks (576:
+    9 blocks; 544: 8.5; plain 150: 2.3, 1000: 15.6), at one row block (M <= 16) and more."""
     rng = np.random.default_rng(21)
-    _, w, b = linear_inputs(rng, 0, 576, 4096, True)
+    _, w, b = linear_inputs(rng, 0, 576, n, True)
     weight = paddle.to_tensor(w) if layout == "plain" else pack_linear_weight(
         paddle.to_tensor(w), "bfloat16" if layout == "panels_bf16" else "float32")
     values = ref_bf16_round(w) if layout == "panels_bf16" else w
-    for M in (1, 4, 5, 12, 33):
+    for M in (1, 4, 5, 12, 16, 33):
         x = rng.standard_normal((M, 576)).astype(np.float32)
         want = ref_batch_invariant_linear_fp32_order(x, values, b)
         xt, bt = paddle.to_tensor(x), paddle.to_tensor(b)
-        for call in range(40):
+        for call in range(40 if n == 4096 else 10):
             got = batch_invariant_linear(xt, weight, bt).numpy()
             assert_same_bits(got, want, f"M={M}, call {call}")
 

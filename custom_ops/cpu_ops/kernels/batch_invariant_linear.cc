@@ -357,6 +357,7 @@ struct Job {
   float* out;
   int64_t M, K, N;
   int64_t block_cols, block_rows, num_row_blocks;
+  int64_t wide_blocks;  // column blocks of block_cols before the narrow tail (blocks of kPanel columns)
 };
 
 template <typename WT>
@@ -381,7 +382,10 @@ Slices<WT> SlicesOf(const Job& j, int64_t n0) {
 
 void RunUnit(const void* ctx, int64_t unit) {
   const Job& j = *static_cast<const Job*>(ctx);
-  const int64_t n0 = unit / j.num_row_blocks * j.block_cols;
+  const int64_t col = unit / j.num_row_blocks;
+  const int64_t width = col < j.wide_blocks ? j.block_cols : kPanel;
+  const int64_t n0 =
+      col < j.wide_blocks ? col * j.block_cols : j.wide_blocks * j.block_cols + (col - j.wide_blocks) * kPanel;
   const int64_t r0 = unit % j.num_row_blocks * j.block_rows;
   Block b;
   b.x = j.x + r0 * j.K;
@@ -390,7 +394,7 @@ void RunUnit(const void* ctx, int64_t unit) {
   b.rows = j.M - r0 < j.block_rows ? j.M - r0 : j.block_rows;
   b.K = j.K;
   b.ldo = j.N;
-  b.cols = j.N - n0 < j.block_cols ? j.N - n0 : j.block_cols;
+  b.cols = j.N - n0 < width ? j.N - n0 : width;
   switch (j.layout) {
     case SPECWORKER_LINEAR_PLAIN_F32: j.isa->plain(b, SlicesOf<float>(j, n0)); break;
     case SPECWORKER_LINEAR_PANELS_F32: j.isa->panels_f32(b, SlicesOf<float>(j, n0)); break;
@@ -444,9 +448,19 @@ extern "C" int specworker_batch_invariant_linear_cpu(const float* x, const void*
   j.block_cols = 2 * kPanel;
   j.block_rows = kRowBlock;
   j.num_row_blocks = (M + kRowBlock - 1) / kRowBlock;
-  const int64_t units = (N + j.block_cols - 1) / j.block_cols * j.num_row_blocks;
   const int64_t weight_bytes = K * N * (layout == SPECWORKER_LINEAR_PANELS_BF16 ? 2 : 4);
   const bool parallel = weight_bytes >= kParallelWeightBytes || M * K * N >= kParallelMacs;
+  int threads = parallel ? specworker::PoolThreads(nullptr) : 1;
+  if (max_threads > 0 && max_threads < threads) threads = max_threads;
+  // One row block (decode, verify): when the 64-column blocks do not split evenly over the threads, the last ones
+  // are cut into 32-column blocks, so the threads' shares end together (576 x 576: 9 blocks over 2 threads ran 5
+  // against 4; now 8 + 2 halves). Columns only: every output keeps its order, so its bits.
+  const int64_t blocks = (N + j.block_cols - 1) / j.block_cols;
+  const int64_t uneven = threads > 1 && j.num_row_blocks == 1 ? blocks % threads : 0;
+  j.wide_blocks = blocks - uneven;
+  // columns after the wide blocks (none when they reach N, the last one possibly partial)
+  const int64_t tail = N > j.wide_blocks * j.block_cols ? N - j.wide_blocks * j.block_cols : 0;
+  const int64_t units = (j.wide_blocks + (tail + kPanel - 1) / kPanel) * j.num_row_blocks;
   specworker::ParallelFor(units, RunUnit, &j, parallel ? max_threads : 1);
   return 0;
 }
