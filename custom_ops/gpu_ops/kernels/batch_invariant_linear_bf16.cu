@@ -491,14 +491,15 @@ int PickMmaTile(int M, int N, int splits, int sms) {
 }
 
 // The warp-specialised tile for a call (index into WsTile0 .. 1), or -1 for the wgmma tiles (PickWgTile), for speed
-// only (every tile gives the same bits). Fitted on the H200 sweep (benchmarks/results/gpu_logs/issue22-gemm3/): the
-// persistent 128 x 256 tile wins where the per-tile start and stores weigh most, short K (< 2048, one chunk) from
-// M = 256 when its row-pair units (two blocks each) cover at least half the SMs (SmolLM2 lm_head 1.4-1.6x, gate_up
-// and down at M = 4096 1.5x / 1.1x); at K = 4096 it is within 5% of the wgmma tile either way, and its 128 x 128
-// one-block split is 1.3x slower on the split Llama shapes, so neither is picked there.
+// only (every tile gives the same bits). Fitted on the H200 sweep with the CTA-scope stage release
+// (benchmarks/results/gpu_logs/issue22-gemm4/sweep.log): from M = 256 the warp-specialised tiles beat the wgmma
+// tiles at every shape (1.3-2.3x at M = 512 / 4096); the 128 x 128 tile (with its one-block split, the only tile
+// with a split among them) wins but where K >= 2048 meets M >= 2048 without a split (Llama gate_up / lm_head at
+// M = 4096: the 128 x 256 tile 1352 / 6097 us against 1400 / 7050).
 int PickWsTile(int M, int N, int K, int splits, int sms) {
-  const int64_t units = static_cast<int64_t>(CeilDiv(CeilDiv(M, 128), 2)) * CeilDiv(N, 256);
-  return splits == 1 && M >= 256 && K >= 64 && K < 2048 && N >= 64 && units * 4 >= sms ? 0 : -1;
+  (void)sms;
+  if (M < 256 || K < 64 || N < 64) return -1;
+  return splits == 1 && K >= 2048 && M >= 2048 ? 0 : 1;
 }
 
 // Per device: 1 when this build's image for it holds the wgmma kernels (sm_90a), -1 when not, 0 not asked yet.

@@ -41,12 +41,15 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
   } while (!done);
 #endif
 }
-// One arrival (release, cluster scope) on the barrier at this shared offset in the cluster's block `rank`.
+// One arrival on the barrier at this shared offset in the cluster's block `rank`. The default (CTA-scope) release
+// semantics: what it publishes is that this warpgroup's wgmma reads of a stage have completed (wgmma.wait_group),
+// and the cluster-scope form costs a GPU-wide memory fence per arrival (MEMBAR.ALL.GPU in SASS), which also waits
+// for the last tile's output stores.
 __device__ __forceinline__ void MbarArriveCluster(uint32_t bar, uint32_t rank) {
 #if SPECWORKER_WGMMA
   asm volatile(
       "{\n.reg .b32 r;\nmapa.shared::cluster.u32 r, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r];\n}\n" ::"r"(bar),
+      "mbarrier.arrive.shared::cluster.b64 _, [r];\n}\n" ::"r"(bar),
       "r"(rank)
       : "memory");
 #endif
