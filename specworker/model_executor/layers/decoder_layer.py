@@ -1,6 +1,7 @@
 """One Llama decoder block (RMSNorm -> GQA attention with RoPE -> residual -> RMSNorm -> SwiGLU -> residual),
 shared by the target and the MTP draft. Two paths over the same weights (stored [in, out]):
-  forward       inference: packed tokens, ops.batch_invariant_linear, ops.paged_attention (batch invariant);
+  forward       inference: packed tokens, ops.batch_invariant_linear, ops.paged_attention, ops.fused_swiglu
+                (batch invariant);
   forward_train training: [B, L] sequences, paddle.matmul, dense causal attention, autograd.
 """
 
@@ -14,7 +15,6 @@ import paddle.nn.functional as F
 
 from specworker.model_executor import ops
 from specworker.model_executor.forward_meta import ForwardMeta
-from specworker.model_executor.layers.elementwise import rowwise
 from specworker.model_executor.layers.packed_weights import PackedWeights
 from specworker.model_executor.layers.rms_norm import RMSNorm
 from specworker.model_executor.layers.rotary import apply_rotary
@@ -162,10 +162,9 @@ class SwiGLU(PackedWeights, paddle.nn.Layer):
 
     def forward(self, x):
         """Inference. x [T, H] -> [T, H]."""
-        gate_up = ops.batch_invariant_linear(x, self.linear_weight("gate_up_proj"), self.gate_up_bias)
-        gate, up = paddle.split(gate_up, 2, axis=-1)
-        out = ops.batch_invariant_linear(rowwise(F.silu, gate) * up, self.linear_weight("down_proj"),
-                                         self._down_bias_in_linear)
+        gate_up = ops.batch_invariant_linear(x, self.linear_weight("gate_up_proj"), self.gate_up_bias)  # [T, 2I]
+        out = ops.batch_invariant_linear(ops.fused_swiglu(gate_up), self.linear_weight("down_proj"),
+                                         self._down_bias_in_linear)  # silu(gate) * up: docs/spec.md §4.12
         return row_parallel_output(self.tp, out, self.down_bias)
 
     def forward_train(self, x):

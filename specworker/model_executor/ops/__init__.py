@@ -44,6 +44,7 @@ from specworker.model_executor.ops.model_ops import (  # noqa: F401
     fused_rms_norm,
     RotatedQKV,
     qkv_norm_rotary,
+    fused_swiglu,
 )
 
 __all__ = [
@@ -80,4 +81,5 @@ __all__ = [
     "fused_rms_norm",
     "RotatedQKV",
     "qkv_norm_rotary",
+    "fused_swiglu",
 ]

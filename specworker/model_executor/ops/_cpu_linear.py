@@ -1,6 +1,7 @@
-"""batch_invariant_linear on CPU without Paddle's custom-op dispatch: the op's own CPU kernel
-(`specworker_batch_invariant_linear_cpu`, custom_ops/cpu_ops/kernels/batch_invariant_linear.h, in the same
-library Paddle loaded), called through ctypes into a `paddle.empty` output.
+"""batch_invariant_linear (and fused_swiglu, `swiglu_cpu`) on CPU without Paddle's custom-op dispatch: the op's own
+CPU kernel (`specworker_batch_invariant_linear_cpu`, custom_ops/cpu_ops/kernels/batch_invariant_linear.h;
+`specworker_fused_swiglu_cpu`, custom_ops/cpu_ops/fused_swiglu.cc; in the same library Paddle loaded), called
+through ctypes into a `paddle.empty` output.
 
 Why: a custom-op call costs ~15 us of dispatch on this CPU whatever its size (the kernel of a 1-row decode
 projection takes 2-40 us), so at M = 1-4 the op reached 0.50-0.86 of the memory roofline where the kernel alone
@@ -25,7 +26,7 @@ import paddle
 from specworker.model_executor import op_build
 from specworker.model_executor.ops._extension import load_ops
 
-__all__ = ["direct_enabled", "kernel_library", "linear_cpu"]
+__all__ = ["direct_enabled", "kernel_library", "linear_cpu", "swiglu_cpu"]
 
 PLAIN_F32, PANELS_F32, PANELS_BF16 = 0, 1, 2  # SPECWORKER_LINEAR_* layouts of the kernel's header
 PANEL = 32
@@ -42,6 +43,9 @@ def kernel_library() -> ctypes.CDLL:
                   ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
     f.restype = ctypes.c_int
     lib.specworker_linear_cpu_isa.restype = ctypes.c_char_p
+    g = lib.specworker_fused_swiglu_cpu
+    g.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+    g.restype = ctypes.c_int
     lib.specworker_linear_cpu_error.restype = ctypes.c_char_p
     return lib
 
@@ -108,3 +112,23 @@ def linear_cpu(x: paddle.Tensor, weight: paddle.Tensor, bias: paddle.Tensor | No
         x.data_ptr(), weight.data_ptr(), layout, None if bias is None else bias.data_ptr(), out.data_ptr(),
         m, k, n, 0)
     return out if rc == 0 else None  # an unusable SPECWORKER_LINEAR_CPU_ISA / _THREADS: the op raises its message
+
+
+def swiglu_cpu(gate_up: paddle.Tensor) -> paddle.Tensor | None:
+    """fused_swiglu of gate_up [R, 2I] -> [R, I] float32 by the op's own loop, or None when the call is not one it
+    takes (not a contiguous float32 2-D CPU tensor in dygraph with R >= 1 and an even width 2 .. 2^31 - 1; the
+    caller then runs the op, whose checks name the argument). The op has no gradient either way."""
+    if gate_up.dtype is not _F32 or not direct_enabled():
+        return None
+    place = gate_up.place
+    if not place.is_cpu_place() or not paddle.in_dynamic_mode():
+        return None
+    shape = gate_up.shape
+    if len(shape) != 2:
+        return None
+    rows, width = shape
+    if not (0 < rows <= _INT32_MAX and 2 <= width <= _INT32_MAX and width % 2 == 0) or not gate_up.is_contiguous():
+        return None
+    out = _empty([rows, width // 2], place)
+    kernel_library().specworker_fused_swiglu_cpu(gate_up.data_ptr(), out.data_ptr(), rows, width // 2)
+    return out

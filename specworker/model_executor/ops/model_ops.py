@@ -1,5 +1,5 @@
 """Wrappers of the model-side ops: attention over the paged KV cache, batch-invariant linear (float32 and
-bfloat16), residual add + RMSNorm, q/k norm and rotary of the qkv projection."""
+bfloat16), residual add + RMSNorm, q/k norm and rotary of the qkv projection, the MLP's silu(gate) * up."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import paddle
 
-from specworker.model_executor.ops._cpu_linear import linear_cpu
+from specworker.model_executor.ops._cpu_linear import linear_cpu, swiglu_cpu
 from specworker.model_executor.ops._extension import _host_int, _run, op_wrapper
 
 
@@ -311,3 +311,33 @@ def fused_rms_norm(
         raise TypeError(f"fused_rms_norm: eps must be a host float, got {type(eps).__name__}")
     out, residual_out = _run("fused_rms_norm", x, weight, residual, float(eps))
     return FusedRmsNormOutput(out=out, residual_out=x if residual is None else residual_out)
+
+
+@op_wrapper
+def fused_swiglu(gate_up: paddle.Tensor) -> paddle.Tensor:
+    """silu(gate) * up of the packed MLP projection in one op, with the project's own float32 silu
+    (docs/spec.md §4.12).
+
+    out[r, i] = float32(silu(gate_up[r, i]) * gate_up[r, I + i]), silu(g) = g / (1 + exp(-g)) built from IEEE
+    float32 adds, multiplies and one divide in a fixed order (a Cody-Waite exp with a fixed polynomial, scaled by
+    exact powers of two; within 2.4 ulps of the exact value over the whole float32 range). No libm, no FMA:
+    CPU and GPU agree bit for bit and a row's bits never depend on the other rows. silu(+inf) = +inf,
+    silu(-inf) = -0, NaN stays NaN; the product follows IEEE (so 0 * inf is NaN). Not named swiglu: that is a
+    built-in Paddle op, which a custom op of the same name would override.
+
+    Args:
+        gate_up: [R, 2I] float32, R >= 0, I >= 1: the I gate columns, then the I up columns (SwiGLU's
+            gate_up_proj output).
+    Returns:
+        out: [R, I] float32 on gate_up's device.
+    Raises:
+        ValueError: a dtype other than float32, gate_up not 2-D or its last dimension odd or 0, a size over
+            2**31 - 1.
+    Example: gate_up [[0, 20, -200, 5, 0.5, 3]] (I = 3) -> [[0, 10, -0]]: silu(0) = 0, silu(20) rounds to 20,
+        silu(-200) rounds to -0.
+    """
+    direct = swiglu_cpu(gate_up)  # on CPU the op's loop without the custom-op dispatch (ops/_cpu_linear.py)
+    if direct is not None:
+        return direct
+    out = _run("fused_swiglu", gate_up)
+    return out[0] if isinstance(out, (list, tuple)) else out
