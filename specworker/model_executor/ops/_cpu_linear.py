@@ -81,19 +81,25 @@ def _layout(weight: paddle.Tensor, k: int) -> tuple[int, int] | None:
     return None
 
 
-def linear_cpu(x: paddle.Tensor, weight: paddle.Tensor, bias: paddle.Tensor | None) -> paddle.Tensor | None:
-    """x @ weight (+ bias) [M, N] float32 by the kernel itself, or None when the call is not one it takes (see the
-    module docstring). The caller (ops.batch_invariant_linear, after op_wrapper's checks: tensors, one place)
-    then runs the op."""
+def _cpu_matrix(x: paddle.Tensor) -> tuple[list[int], object] | None:
+    """([rows, cols], place) of a float32 2-D CPU tensor in dygraph while the direct path is on, else None."""
     if x.dtype is not _F32 or not direct_enabled():
         return None
     place = x.place
     if not place.is_cpu_place() or not paddle.in_dynamic_mode():
         return None
     shape = x.shape
-    if len(shape) != 2:
+    return (shape, place) if len(shape) == 2 else None
+
+
+def linear_cpu(x: paddle.Tensor, weight: paddle.Tensor, bias: paddle.Tensor | None) -> paddle.Tensor | None:
+    """x @ weight (+ bias) [M, N] float32 by the kernel itself, or None when the call is not one it takes (see the
+    module docstring). The caller (ops.batch_invariant_linear, after op_wrapper's checks: tensors, one place)
+    then runs the op."""
+    matrix = _cpu_matrix(x)
+    if matrix is None:
         return None
-    m, k = shape
+    (m, k), place = matrix
     found = _layout(weight, k)
     if found is None:
         return None
@@ -118,15 +124,10 @@ def swiglu_cpu(gate_up: paddle.Tensor) -> paddle.Tensor | None:
     """fused_swiglu of gate_up [R, 2I] -> [R, I] float32 by the op's own loop, or None when the call is not one it
     takes (not a contiguous float32 2-D CPU tensor in dygraph with R >= 1 and an even width 2 .. 2^31 - 1; the
     caller then runs the op, whose checks name the argument). The op has no gradient either way."""
-    if gate_up.dtype is not _F32 or not direct_enabled():
+    matrix = _cpu_matrix(gate_up)
+    if matrix is None:
         return None
-    place = gate_up.place
-    if not place.is_cpu_place() or not paddle.in_dynamic_mode():
-        return None
-    shape = gate_up.shape
-    if len(shape) != 2:
-        return None
-    rows, width = shape
+    (rows, width), place = matrix
     if not (0 < rows <= _INT32_MAX and 2 <= width <= _INT32_MAX and width % 2 == 0) or not gate_up.is_contiguous():
         return None
     out = _empty([rows, width // 2], place)
