@@ -454,12 +454,18 @@ class AdaptivePolicy(SpeculationPolicy):
                 or any(self.costs.count.get(k, 0) < self.need for k in range(self.k_max + 1))):
             return None
         self.num_choices += 1
-        self.decision = (decision[0], decision[1] + 1, decision[2], decision[3])
-        self.last_k = decision[2]
+        self._keep_decision()
         self.allowed = kept[3].copy()
         self.recent_k = (self.recent_k + [kept[4]])[-2:]
         self.recent_draftless = (self.recent_draftless + [kept[5]])[-2:]
         return kept[2].copy()
+
+    def _keep_decision(self) -> np.ndarray:
+        """One more step of the current decision (same key): its step count + 1, last_k its K; returns its k_b."""
+        key, steps, k, k_b = self.decision
+        self.decision = (key, steps + 1, k, k_b)
+        self.last_k = k
+        return k_b
 
     def _choose(self, step: PolicyStep) -> np.ndarray | int:
         live = step.live & ~self.pinned
@@ -482,10 +488,8 @@ class AdaptivePolicy(SpeculationPolicy):
         if self.decision is not None and self.decision[0] == key and self.decision[1] < self.redecide_every:
             # the same slots and caps as at the last decision, a few steps ago: keep it (a decision is ~0.1-0.2 ms of
             # numpy, a few % of a small model's step; the acceptance it rests on moves slowly)
-            self.decision = (key, self.decision[1] + 1, self.decision[2], self.decision[3])
-            self.last_k = self.decision[2]
-            self._decided = self.decision[3]
-            return self.decision[3]
+            self._decided = self._keep_decision()
+            return self._decided
         if step.remaining is not None and live.sum() > 1:  # one slot: the same choice as the rate's
             best, k_b = self.best_k_draining(live, step.remaining)
         else:
@@ -543,10 +547,7 @@ class AdaptivePolicy(SpeculationPolicy):
         grid = _drain_grid(size)
         table = np.array([self.costs.predict(int(b), self.k_max)[0] for b in grid])  # [G, K + 1]
         left = np.arange(size, 0, -1)  # slots still decoding in segment i
-        # T(left_i, K) [B, K + 1], linear between grid points (np.interp's formula, for every K at once)
-        seg = np.clip(np.searchsorted(grid, left, side="right") - 1, 0, len(grid) - 2)
-        frac = ((left - grid[seg]) / (grid[seg + 1] - grid[seg]))[:, None]
-        seconds = table[seg] + frac * (table[seg + 1] - table[seg])
+        seconds = np.stack([np.interp(left, grid, column) for column in table.T], axis=1)  # [B, K + 1] T(left_i, K)
         tokens = np.maximum(remaining[rows], 1)
         # a slot's E is uncertain by the population's spread, shrunk by its own evidence: prior weight m over its
         # reaches of position 1 plus m (1 for a slot that has verified nothing yet)

@@ -450,8 +450,7 @@ extern "C" int specworker_batch_invariant_linear_cpu(const float* x, const void*
   j.num_row_blocks = (M + kRowBlock - 1) / kRowBlock;
   const int64_t weight_bytes = K * N * (layout == SPECWORKER_LINEAR_PANELS_BF16 ? 2 : 4);
   const bool parallel = weight_bytes >= kParallelWeightBytes || M * K * N >= kParallelMacs;
-  int threads = parallel ? specworker::PoolThreads(nullptr) : 1;
-  if (max_threads > 0 && max_threads < threads) threads = max_threads;
+  const int threads = parallel ? specworker::ParallelThreads(max_threads) : 1;
   // One row block (decode, verify): when the 64-column blocks do not split evenly over the threads, the last ones
   // are cut into 32-column blocks, so the threads' shares end together (576 x 576: 9 blocks over 2 threads ran 5
   // against 4; now 8 + 2 halves). Columns only: every output keeps its order, so its bits.

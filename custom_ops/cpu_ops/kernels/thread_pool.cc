@@ -203,9 +203,13 @@ int PoolThreads(std::string* error) {
   return c.threads;
 }
 
+int ParallelThreads(int max_threads) {
+  const int threads = Count().threads;
+  return max_threads > 0 && max_threads < threads ? max_threads : threads;
+}
+
 void ParallelFor(int64_t num_units, UnitFn fn, const void* ctx, int max_threads) {
-  int threads = Count().threads;
-  if (max_threads > 0 && max_threads < threads) threads = max_threads;
+  int threads = ParallelThreads(max_threads);
   if (num_units < threads) threads = static_cast<int>(num_units);
   if (threads > 1) {
     if (GetPool(Count().threads)->TryRun(num_units, fn, ctx, threads)) return;

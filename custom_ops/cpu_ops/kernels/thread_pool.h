@@ -21,4 +21,7 @@ void ParallelFor(int64_t num_units, UnitFn fn, const void* ctx, int max_threads)
 // Threads in the pool (>= 1), or -1 with *error set when SPECWORKER_LINEAR_THREADS is unusable.
 int PoolThreads(std::string* error);
 
+// The threads ParallelFor shares units among for max_threads (<= 0: no cap), before its cap by the unit count.
+int ParallelThreads(int max_threads);
+
 }  // namespace specworker
