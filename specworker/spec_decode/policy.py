@@ -173,11 +173,14 @@ class AdaptivePolicy(SpeculationPolicy):
                  prior_weight: float = 6.0, decay: float = 0.92, need: int = 3, hold: int = 2,
                  explore_every: int = 32, explore_max: int = 256, switch_margin: float = 0.02,
                  admit_min_reaches: int = 64, k_prior_weight: float = 8.0,
-                 redecide_every: int = 8, confidence: float = 1.0, optimism: bool = False):
+                 redecide_every: int = 8, redecide_max: int = 32, confidence: float = 1.0, optimism: bool = False):
         super().__init__(num_slots, k_max, pin_sampled=pin_sampled)
         self.confidence = confidence  # standard errors of optimism on the per-k acceptance (optimistic_prior_by_k)
         self.optimism = optimism  # the choice itself reads the optimistic acceptance (else only the back-off does)
         self.redecide_every = redecide_every  # steps a decision is kept while the live slots and caps stay the same
+        self.redecide_max = redecide_max  # ... at most, once decisions keep repeating (the period doubles up to it)
+        self.keep_period = redecide_every  # steps the current decision is kept (redecide_every .. redecide_max)
+        self._last_decision: tuple[int, np.ndarray] | None = None  # (K, [N] k_b) of the last decision made
         self.decision: tuple[tuple[bytes, bytes], int, int, np.ndarray] | None = None  # (key, steps, K, [N] k_b)
         self._decided: np.ndarray | None = None  # the decision's k_b when this step's _choose returned it
         # (signature, k_b, output, allowed, recent K, draft-less) of the last step that returned a decision (_kept_choice)
@@ -330,8 +333,9 @@ class AdaptivePolicy(SpeculationPolicy):
         # Positions count from what the slot was allowed (k_b), not what its proposer drafted: a lookup proposer
         # that finds nothing drafts fewer, and E_b(K) must be the tokens a step *allowed* K brings, as T(B, K) is
         # that step's cost. Slots that emitted nothing (paused) or were not decoding (allowed 0) add nothing.
-        allowed = np.minimum(np.maximum(self.allowed, step.drafted), k)  # [N]
-        emitted = np.minimum(step.emitted, k + 1)  # [N]; 0: the slot emitted nothing (not decoding, paused)
+        # (allowed <= k and emitted <= drafted + 1 <= k + 1 hold by construction: _count_table's bounds)
+        allowed = np.maximum(self.allowed, step.drafted)  # [N]
+        emitted = step.emitted.copy()  # [N]; 0: the slot emitted nothing (not decoding, paused); queued, so a copy
         # Counted lazily (_flush, when an estimate is read or a slot moves): a step only queues its rows, which keeps
         # it to a few numpy calls (counting each step cost ~0.07 ms inside a running worker, 1% of a 6.5 ms step).
         # The factor is the decay this step's counting applies to the counts before it.
@@ -444,12 +448,12 @@ class AdaptivePolicy(SpeculationPolicy):
 
     def _kept_choice(self, signature: tuple[bytes, ...]) -> np.ndarray | None:
         """What choose returns when _choose would keep the current decision (same live slots, pins, caps and
-        draft-less slots as the step that made or last kept it, no exploration due, fewer than `redecide_every`
+        draft-less slots as the step that made or last kept it, no exploration due, fewer than `keep_period`
         steps): the same output, with _choose's bookkeeping, in a few Python operations instead of ~20 numpy calls
         (~40 us of a 7 ms step); None otherwise."""
         kept, decision = self._kept, self.decision
         if (kept is None or decision is None or kept[0] != signature or kept[1] is not decision[3]
-                or self.held is not None or decision[1] >= self.redecide_every
+                or self.held is not None or decision[1] >= self.keep_period
                 or self.num_choices + 1 - self.last_explored >= self.explore_interval
                 or any(self.costs.count.get(k, 0) < self.need for k in range(self.k_max + 1))):
             return None
@@ -485,7 +489,7 @@ class AdaptivePolicy(SpeculationPolicy):
             self.last_k = k
             return np.full_like(self.cap, k)
         key = (live.tobytes(), self.cap.tobytes())
-        if self.decision is not None and self.decision[0] == key and self.decision[1] < self.redecide_every:
+        if self.decision is not None and self.decision[0] == key and self.decision[1] < self.keep_period:
             # the same slots and caps as at the last decision, a few steps ago: keep it (a decision is ~0.1-0.2 ms of
             # numpy, a few % of a small model's step; the acceptance it rests on moves slowly)
             self._decided = self._keep_decision()
@@ -496,9 +500,19 @@ class AdaptivePolicy(SpeculationPolicy):
             seconds, verify = self.predicted_costs(live)
             best, k_b = self.best_k(live, seconds, verify)
         self.decision = (key, 1, best, k_b)
+        self._back_off_decisions(best, k_b)
         self.last_k = best
         self._decided = k_b
         return k_b
+
+    def _back_off_decisions(self, best: int, k_b: np.ndarray) -> None:
+        """The keep period: doubled (up to `redecide_max`) when a decision repeats the last one made (K and every
+        k_b), back to `redecide_every` when it differs: a settled batch re-decides every 32 steps, not every 8, and a
+        change (acceptance, costs, the batch) is seen within `redecide_every` steps of the decision after it."""
+        last = self._last_decision
+        same = last is not None and last[0] == best and np.array_equal(last[1], k_b)
+        self.keep_period = min(2 * self.keep_period, self.redecide_max) if same else self.redecide_every
+        self._last_decision = (best, k_b)
 
     def predicted_costs(self, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """([K + 1] T, [K + 1] V) seconds of next step for K = 0..k_max at B = the live slots."""

@@ -111,6 +111,10 @@ class ModelRunner:
 
     def clear_slot(self, slot: int) -> None:
         self.input_batch.clear_slot(slot)
+        if not self.input_batch.req_id_to_slot:
+            # the batch is empty: the time until the next step (the next request's arrival) is idle, not the last
+            # step's cost; a stop on the host (max_tokens, a stop token) leaves the slot live in that step's shape
+            self._last_step = None
 
     def swap_states(self, i: int, j: int) -> None:
         self.input_batch.swap_states(i, j)

@@ -9,7 +9,7 @@ from specworker.slot_request import SlotRequest
 from specworker.spec_decode.policy import (AdaptivePolicy, FixedPolicy, PolicyStep, SchedulePolicy, build_policy,
                                            expected_tokens)
 from specworker.spec_decode.step_cost_model import StepCost, StepCostModel
-from tests.spec_decode.synthetic_costs import SyntheticCostModel
+from tests.spec_decode.synthetic_costs import SyntheticCostModel, adaptive_with
 
 
 def _step(live, drafted=None, emitted=None, cost=None):
@@ -588,10 +588,35 @@ def test_adaptive_kept_decisions_repeat_what_the_full_choice_gives(seed):
                 live, np.minimum(emitted_draws, drafted + 1), 0), cost=cost, remaining=remaining)))
         np.testing.assert_array_equal(outs[0], outs[1])
         for name in ("allowed", "prev_allowed", "recent_k", "recent_draftless", "num_choices", "last_k", "kept_k",
-                     "explore_interval", "num_explorations"):
+                     "explore_interval", "num_explorations", "keep_period"):
             np.testing.assert_array_equal(getattr(fast, name), getattr(full, name), err_msg=name)
         assert (fast.decision is None) == (full.decision is None)
         if fast.decision is not None:
             assert fast.decision[1:3] == full.decision[1:3]
             np.testing.assert_array_equal(fast.decision[3], full.decision[3])
     assert sum(out is not None for out in taken) > 100
+
+
+def test_adaptive_keeps_a_repeated_decision_longer():
+    """A decision that repeats the last one made (K and every k_b) is kept twice as many steps as the one before it,
+    8 -> 16 -> 32 (redecide_max); one that differs restarts from 8 (redecide_every). Counted by the full decisions
+    (best_k calls) over steady 1-slot steps whose drafts are all accepted: K = 1 wins (2 tokens for 1.5x a step)
+    until its costs rise to 3x, then K = 0 does."""
+    policy = adaptive_with(1, 1, lambda b, k: 0.01 * (1 + 0.5 * k), explore_every=10**9)
+    decided = []
+    best_k = policy.best_k
+    policy.best_k = lambda *a, **kw: (decided.append((policy.num_choices, policy.keep_period)), best_k(*a, **kw))[1]
+
+    def run(steps):
+        for _ in range(steps):
+            policy.choose(_step([True], drafted=[policy.last_k], emitted=[policy.last_k + 1]))
+
+    run(100)
+    steps = [n for n, _ in decided]
+    assert np.diff(steps).tolist() == [8, 16, 32, 32] and policy.last_k == 1, steps
+    policy.costs.cost = lambda b, k: 0.01 * (1 + 2.0 * k)
+    decided.clear()
+    run(60)
+    assert policy.last_k == 0
+    # the first decision after the change still ran the 32-step period; K = 0 then keeps 8, then 16 steps
+    assert [period for _, period in decided][:1] == [32] and np.diff([n for n, _ in decided]).tolist()[:2] == [8, 16]
