@@ -142,7 +142,8 @@ def plot_bench(bench: dict, path: str | Path) -> None:
 
 def policy_table(bench: dict) -> str:
     """One row per batch size: per policy the median speedup over none (min-max) and, for speculative
-    policies, the drafts per slot-step they chose; then adaptive / the best other policy (medians of tok/s)."""
+    policies, the drafts per slot-step they chose; then adaptive / the best other policy: the median (min-max) of the
+    ratios within a repetition, and the ratio of the medians of tok/s (bench.adaptive_vs_best)."""
     names = bench["policies"]
     rows = []
     for r in bench["results"]:
@@ -155,11 +156,12 @@ def policy_table(bench: dict) -> str:
             cells.append(_range(p[n]["speedup"], ".2f") + k)
         if "adaptive_vs_best" in r:
             best = r["adaptive_vs_best"]
-            cells.append(f"{best['ratio']:.3f} ({best['best']})")
+            paired = f"{_range(best['paired'], '.3f')}, " if "paired" in best else ""  # older bench.json: none
+            cells.append(f"{paired}{best['ratio']:.3f} ({best['best']})")
         rows.append(cells)
     header = ["batch", "none tok/s"] + [f"{n} speedup" for n in names if n != "none"]
     if bench["results"] and "adaptive_vs_best" in bench["results"][0]:
-        header.append("adaptive / best")
+        header.append("adaptive / best: paired (min-max), of medians")
     return format_table(header, rows)
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from specworker.batch_run import UserError
-from specworker.bench import parse_policies, policy_configs
+from specworker.bench import adaptive_vs_best, parse_policies, policy_configs, spread
 from specworker.config import load_config
 from tests.test_config import REPO
 
@@ -36,3 +36,20 @@ def test_policy_configs_schedule_needs_the_configs_schedule():
         policy_configs(config, 4, ("none", "schedule"))
     scheduled = load_config(REPO / "configs" / "mtp_tiny_schedule.yaml")
     assert policy_configs(scheduled, 4, ("none", "schedule"))["schedule"].speculative_config.schedule_k(64) == 0
+
+
+
+def test_adaptive_vs_best_pairs_the_runs_of_a_repetition():
+    """The machine's speed drifts between repetitions (here 1, 2, 0.5): the ratio of medians mixes repetitions
+    (0.9 / 1.0 of different ones), the paired ratio compares runs of one repetition (0.9 each time)."""
+    from types import SimpleNamespace
+
+    speed = (1.0, 2.0, 0.5)
+    tps = {"none": [100 * s for s in speed], "fixed2": [120 * s for s in speed], "adaptive": [108 * s for s in speed]}
+    timed = {n: [SimpleNamespace(tokens_per_s=v) for v in values] for n, values in tps.items()}
+    out = {n: {"tokens_per_s": spread(values)} for n, values in tps.items()}
+    ratio = adaptive_vs_best(timed, out)
+    assert ratio["best"] == "fixed2" and ratio["ratio"] == pytest.approx(0.9)
+    assert ratio["paired"] == pytest.approx({"min": 0.9, "median": 0.9, "max": 0.9})
+    timed["adaptive"] = [timed["adaptive"][i] for i in (1, 2, 0)]  # the same runs paired with other repetitions
+    assert adaptive_vs_best(timed, out)["paired"]["min"] == pytest.approx(0.9 * 0.25)
