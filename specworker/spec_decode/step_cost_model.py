@@ -45,47 +45,140 @@ class StepCostModel:
     the median distance (load spikes, a step that waited on something else) are left out of the fit.
     The same for V, the verify part of the step (pre_process, target forward, sampling / verify).
 
+    Paired costs (docs/adaptive.md): a shared machine's speed moves by a third within a minute, and a K seen only
+    in explorations was seen at another load than the K being run. An observation of a K other than K* (the K
+    observed most in the last `recent` steps) also keeps its ratio to K* at its batch size: its seconds over the
+    median of K*'s last `pair_steps` steps there within the last `recent` steps, when K* has 3 of them (one row per
+    exploration: its steady step against the steps it interrupted). `predict` reads K* from its own fit, which
+    follows the load, and every other K as T(B, K*) times the pair ratios along the shortest chain K* - K1 - ... - K
+    whose pairs each have `pair_support` (3) rows near B (a load spike in one must not stand alone), a pair fitted
+    like the seconds; within `pair_trust` (2.5x) of K's own fit, else (and without a chain) from that fit. A ratio
+    measured steps apart stays valid however the load moved since. (No load index: one fitted from the same steps
+    as K*'s own fit is confounded with it and random-walks.)
+
     Relative costs (`predict_relative`): each observation of a K >= 1 also keeps the K = 0 prediction at its batch
     size at its time (when that rests on near observations), and the ratio T / T(B, 0) is fitted like the seconds.
     T(B, 0) now times that ratio is K's cost under today's load, where the seconds as measured would compare a K
     last seen at another load with a K = 0 measured now: what a decision that cannot re-measure needs (draft-less
-    admission, while only K = 0 runs). `predict` fits the seconds as measured, so a change of the K being run
-    shows at once.
+    admission, while only K = 0 runs).
     """
 
     def __init__(self, *, window: int = 12, outlier: float = 4.0, bandwidth: float = 0.35, refit_every: int = 16,
-                 far: float = 0.5):
+                 far: float = 0.5, recent: int = 16, pair_steps: int = 4, pair_support: float = 3.0,
+                 pair_trust: float = 2.5):
         self.window, self.outlier, self.bandwidth, self.refit_every = window, outlier, bandwidth, refit_every
+        self.recent, self.pair_steps, self.pair_support = recent, pair_steps, pair_support
+        self.pair_trust = pair_trust  # a chain's T(B, K) is used within this factor of K's own fit
+        self._recent: list[tuple[int, int, float]] = []  # the last `recent` observations (K, B, seconds), newest last
         self.far = far  # support below which a K's prediction is transferred from a supported K (_transfer)
-        # K -> [(B, seconds, verify seconds, T(B, 0) predicted then; seconds itself for K = 0, nan if unknown)]
-        self.samples: dict[int, list[tuple[float, float, float, float]]] = {}
+        # K -> [(B, seconds, verify seconds, T(B, 0) predicted then (seconds itself for K = 0; nan if unknown),
+        #       the K paired with (-1: none), seconds / that K's recent seconds at B (nan: none))]
+        self.samples: dict[int, list[tuple[float, float, float, float, float, float]]] = {}
         self.count: dict[int, int] = {}
         self._cached: dict[tuple[int, int], _Fit] = {}  # (B, K) -> its fits at B
         self._unfitted: dict[int, int] = {}  # K -> its observations since its cached fits
         self._since_any: dict[int, int] = {}  # K -> observations of any K since its cached fits
         # (B, k_max) -> predict's last fits there and its arrays
-        self._predicted: dict[tuple[int, int], tuple[tuple[_Fit, ...], tuple[np.ndarray, np.ndarray]]] = {}
+        self._predicted: dict[tuple[int, int], tuple[tuple, tuple[np.ndarray, np.ndarray]]] = {}
 
     def add(self, k: int, cost: StepCost) -> None:
         reference = cost.seconds if k == 0 else self._k0_now(cost.num_slots)
-        row = (cost.num_slots, cost.seconds, cost.verify_seconds, reference)
+        partner, ratio = self._pair(k, cost)
+        row = (cost.num_slots, cost.seconds, cost.verify_seconds, reference, partner, ratio)
         self.samples[k] = (self.samples.get(k, []) + [row])[-self.window:]
+        self._recent = (self._recent + [(k, cost.num_slots, cost.seconds)])[-self.recent:]
         self.count[k] = self.count.get(k, 0) + 1
         self._unfitted[k] = self._unfitted.get(k, 0) + 1
         for key in self._since_any:
             self._since_any[key] += 1
 
+    def _pair(self, k: int, cost: StepCost) -> tuple[int, float]:
+        """(K*, seconds / the median of K*'s last `pair_steps` seconds at this B within the last `recent` steps)
+        for an observation of another K than K* (an exploration's steady step against the steps it interrupted);
+        (-1, nan) for K* itself or when K* has fewer than 3 recent steps at this B (the median must outvote a load
+        spike: in the warm-up, where every K takes turns, pairs of single steps read 0.45 for 1.23). One row per
+        exploration: rows of K* paired with one explored step would share its noise."""
+        b, partner = cost.num_slots, self.current_k()
+        if partner is None or partner == k:
+            return -1, float("nan")
+        level = [t for kk, bb, t in reversed(self._recent) if kk == partner and bb == b][:self.pair_steps]
+        if len(level) < 3:
+            return -1, float("nan")
+        ranked = sorted(level)
+        mid = len(ranked) // 2
+        median = ranked[mid] if len(ranked) % 2 else 0.5 * (ranked[mid - 1] + ranked[mid])
+        return partner, cost.seconds / median if median > 0 else float("nan")
+
+    def current_k(self) -> int | None:
+        """K*: the K observed most in the last `recent` steps (ties: the latest), None before any."""
+        if not self._recent:
+            return None
+        counts: dict[int, int] = {}
+        for kk, _, _ in self._recent:
+            counts[kk] = counts.get(kk, 0) + 1
+        return max(reversed([kk for kk, _, _ in self._recent]), key=counts.__getitem__)
+
     def predict(self, num_slots: int, k_max: int) -> tuple[np.ndarray, np.ndarray]:
-        """([k_max + 1] T, [k_max + 1] V) seconds at batch size num_slots, from the seconds as measured; every K
-        needs an observation. Fits are cached per (B, K) until K has `refit_every` new observations, or any new one
-        after `refit_every` observations of all K (a fit is ~0.05 ms of numpy; costs drift slowly)."""
+        """([k_max + 1] T, [k_max + 1] V) seconds at batch size num_slots at today's load: K* (current_k) from its
+        fit, every other K from its chain of pairs to K* near num_slots (`_ratios_to`; its V scaled alike), else
+        from its own fit; every K needs an observation. Fits are cached per (B, K) until K has `refit_every` new
+        observations, or any new one after `refit_every` observations of all K (a fit is ~0.05 ms of numpy; costs
+        drift slowly)."""
         fits = tuple(self._fit_one(num_slots, k) for k in range(k_max + 1))
+        star = self.current_k()
+        paired = (self._ratios_to(num_slots, star, k_max) if star is not None and star <= k_max
+                  else (float("nan"),) * (k_max + 1))
         last = self._predicted.get((num_slots, k_max))
-        if last is None or last[0] != fits:  # the same fits as last time at this B: the same arrays
+        key = (fits, star, paired)
+        if last is None or last[0] != key:  # the same fits and ratios as last time at this B: the same arrays
             seconds, verify = np.array([f.seconds for f in fits]), np.array([f.verify for f in fits])
             self._transfer(num_slots, fits, seconds, verify)
-            last = self._predicted[num_slots, k_max] = (fits, (seconds, verify))
+            for k, ratio in enumerate(paired):
+                scale = seconds[star] * ratio / seconds[k] if k != star and np.isfinite(ratio) else 1.0
+                if 1.0 / self.pair_trust <= scale <= self.pair_trust:  # else a load spike in few pairs: the own fit
+                    seconds[k] *= scale
+                    verify[k] *= scale
+            last = self._predicted[num_slots, k_max] = (key, (seconds, verify))
         return last[1]
+
+    def _ratios_to(self, num_slots: int, star: int, k_max: int) -> tuple[float, ...]:
+        """[k_max + 1] T(B, K) / T(B, K*) through the pairs (breadth first from K*: the fewest pairs; a pair of K
+        and K' needs `pair_support` near rows, either K's paired with K' or K''s with K); nan where no chain."""
+        out = [float("nan")] * (k_max + 1)
+        out[star] = 1.0
+        frontier = [star]
+        while frontier:
+            nxt = []
+            for u in frontier:
+                for v in range(k_max + 1):
+                    if math.isnan(out[v]):
+                        edge = self._edge(num_slots, v, u)  # T_v / T_u
+                        if math.isfinite(edge):
+                            out[v] = out[u] * edge
+                            nxt.append(v)
+            frontier = nxt
+        return tuple(out)
+
+    def _edge(self, num_slots: int, a: int, b: int) -> float:
+        """T(B, a) / T(B, b) fitted over the pairs of a and b near num_slots (a's rows paired with b, and b's with a
+        inverted), nan below `pair_support`; cached with a's and b's fits."""
+        lo, hi = min(a, b), max(a, b)
+        if lo not in self.samples or hi not in self.samples:
+            return float("nan")
+        self._fit_one(num_slots, lo)  # drop stale entries
+        self._fit_one(num_slots, hi)
+        key = (num_slots, lo, "pair", hi)
+        if key not in self._cached:
+            rows = [(row[0], row[5]) for row in self.samples[lo] if row[4] == hi and math.isfinite(row[5])]
+            rows += [(row[0], 1.0 / row[5]) for row in self.samples[hi]
+                     if row[4] == lo and math.isfinite(row[5]) and row[5] > 0]
+            near = sum(math.exp(-0.5 * (math.log(b_ / num_slots) / self.bandwidth) ** 2) for b_, _ in rows)
+            self._cached[key] = float("nan")
+            if near >= self.pair_support:
+                self._cached[key] = float(self._robust_intercepts([r[0] for r in rows], [[r[1] for r in rows]],
+                                                                  num_slots)[0])
+        value = self._cached[key]
+        return value if a == lo else 1.0 / value
 
     def _transfer(self, num_slots: int, fits: tuple[_Fit, ...], seconds: np.ndarray, verify: np.ndarray) -> None:
         """A K whose observations are all far from num_slots (support < `far`) gets the prediction of the best
@@ -135,7 +228,7 @@ class StepCostModel:
         # (each K's own clock: refitting every K on one clock cost ~0.06 ms a step, a few % of a small step).
         fresh = self._unfitted.get(k, 0)
         if fresh >= self.refit_every or (fresh and self._since_any.get(k, 0) >= self.refit_every):
-            for key in [key for key in self._cached if key[1] == k]:
+            for key in [key for key in self._cached if key[1] == k or (len(key) == 4 and key[3] == k)]:
                 del self._cached[key]
             self._unfitted[k] = 0
             self._since_any[k] = 0

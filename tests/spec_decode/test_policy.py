@@ -239,7 +239,10 @@ def test_adaptive_explores_less_often_while_the_choice_holds():
     seen, intervals = _run_explorations(policy, 120, 0.5)
     explored = [i for i in range(8, len(seen)) if seen[i] == 0 and seen[i - 1] == 1]  # K = 0 holds after the table
     assert explored == [8, 24, 56, 88] and seen[8:10] == [0, 0], explored
-    _, intervals = _run_explorations(policy, 60, 2.0)  # K = 1 now costs 3x: the next exploration (of K = 0) moves
+    # K = 1 now costs 3x (a change of K's own cost, not of the load): the cost model reads the other K through their
+    # ratios to the K being run (StepCostModel, "Paired costs"), so the explorations of K = 0 move the choice once
+    # their new ratios outnumber the old in the pair's rows (7 explorations, 32 steps apart)
+    _, intervals = _run_explorations(policy, 260, 2.0)
     assert policy.kept_k == 0 and 8 in intervals  # the choice to K = 0, and the interval restarts from explore_every
 
 
@@ -305,8 +308,9 @@ def test_step_cost_model_support_counts_near_observations():
 
 def test_step_cost_model_relative_costs_survive_a_load_change():
     """K = 0, 1, 2 cost 10, 20, 30 ms at batch 32; then the machine gets twice as busy while only K = 0 runs (the
-    draft-less regime: nothing else can be measured). `predict` follows the seconds as measured (K = 0 at 20 ms
-    beside K = 1's old 20 ms: drafting would look free); `predict_relative` keeps 1 : 2 : 3 at the new cost."""
+    draft-less regime: nothing else can be measured). `predict` reads K = 1 and 2 through their pairs (K = 1 with
+    K = 0, K = 2 with K = 1, from the first steps) and `predict_relative` through K = 0's cost at their time: both keep
+    1 : 2 : 3 at the new cost, not K = 0 at 20 ms beside K = 1's old 20 ms (drafting would look free)."""
     model = StepCostModel()
     for k in range(3):
         for _ in range(3):
@@ -314,7 +318,7 @@ def test_step_cost_model_relative_costs_survive_a_load_change():
     for _ in range(40):
         model.predict(32, 2)  # the policy predicts at the live batch size every step
         model.add(0, _cost(32, 0, 0, 0.02))
-    np.testing.assert_allclose(model.predict(32, 2)[0], [0.02, 0.02, 0.03], rtol=1e-6)
+    np.testing.assert_allclose(model.predict(32, 2)[0], [0.02, 0.04, 0.06], rtol=1e-6)
     np.testing.assert_allclose(model.predict_relative(32, 2), [0.02, 0.04, 0.06], rtol=1e-6)
 
 
