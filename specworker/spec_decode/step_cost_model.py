@@ -79,7 +79,7 @@ class StepCostModel:
         self._unfitted: dict[int, int] = {}  # K -> its observations since its cached fits
         self._since_any: dict[int, int] = {}  # K -> observations of any K since its cached fits
         # (B, k_max) -> predict's last fits there and its arrays
-        self._predicted: dict[tuple[int, int], tuple[tuple, tuple[np.ndarray, np.ndarray]]] = {}
+        self._predicted: dict[tuple[int, int], tuple[tuple, tuple[np.ndarray, np.ndarray], np.ndarray]] = {}
 
     def add(self, k: int, cost: StepCost) -> None:
         reference = cost.seconds if k == 0 else self._k0_now(cost.num_slots)
@@ -133,12 +133,14 @@ class StepCostModel:
         if last is None or last[0] != key:  # the same fits and ratios as last time at this B: the same arrays
             seconds, verify = np.array([f.seconds for f in fits]), np.array([f.verify for f in fits])
             self._transfer(num_slots, fits, seconds, verify)
+            chained = np.zeros(k_max + 1, dtype=bool)  # K read at today's load: K* and the K with a trusted chain
             for k, ratio in enumerate(paired):
-                scale = seconds[star] * ratio / seconds[k] if k != star and np.isfinite(ratio) else 1.0
+                scale = seconds[star] * ratio / seconds[k] if np.isfinite(ratio) else float("nan")
                 if 1.0 / self.pair_trust <= scale <= self.pair_trust:  # else a load spike in few pairs: the own fit
                     seconds[k] *= scale
                     verify[k] *= scale
-            last = self._predicted[num_slots, k_max] = (key, (seconds, verify))
+                    chained[k] = True
+            last = self._predicted[num_slots, k_max] = (key, (seconds, verify), chained)
         return last[1]
 
     def _ratios_to(self, num_slots: int, star: int, k_max: int) -> tuple[float, ...]:
@@ -200,13 +202,18 @@ class StepCostModel:
                 verify[k] = verify[ref] * (mine.verify / there.verify if there.verify > 0 else 1.0)
 
     def predict_relative(self, num_slots: int, k_max: int) -> np.ndarray:
-        """[k_max + 1] T at batch size num_slots under today's load: T(B, 0) as measured, and for K >= 1 T(B, 0)
-        times K's fitted ratio to the K = 0 cost of its time (K's measured seconds / T(B, 0) where no observation
-        of K knew that cost)."""
+        """[k_max + 1] T at batch size num_slots under today's load: `predict`'s for K* and the K it reads through
+        pairs; for the others T(B, 0) as measured, and for K >= 1 T(B, 0) times K's fitted ratio to the K = 0 cost of
+        its time (K's measured seconds / T(B, 0) where no observation of K knew that cost)."""
+        seconds = self.predict(num_slots, k_max)[0]
+        chained = self._predicted[num_slots, k_max][2]
+        if chained.all():
+            return seconds.copy()
         fits = [self._fit_one(num_slots, k) for k in range(k_max + 1)]
         t0 = fits[0].seconds
         ratios = [self._ratio_one(num_slots, k) for k in range(1, k_max + 1)]
-        return t0 * np.array([1.0, *(r if np.isfinite(r) else f.seconds / t0 for r, f in zip(ratios, fits[1:]))])
+        own = t0 * np.array([1.0, *(r if np.isfinite(r) else f.seconds / t0 for r, f in zip(ratios, fits[1:]))])
+        return np.where(chained, seconds, own)
 
     def _k0_now(self, num_slots: int) -> float:
         """T(B, 0) as the model predicts it now, nan when K = 0 has no observation near num_slots."""
