@@ -127,7 +127,7 @@ class StepCostModel:
         fits = tuple(self._fit_one(num_slots, k) for k in range(k_max + 1))
         star = self.current_k()
         paired = (self._ratios_to(num_slots, star, k_max) if star is not None and star <= k_max
-                  else (float("nan"),) * (k_max + 1))
+                  else (None,) * (k_max + 1))
         last = self._predicted.get((num_slots, k_max))
         key = (fits, star, paired)
         if last is None or last[0] != key:  # the same fits and ratios as last time at this B: the same arrays
@@ -135,7 +135,7 @@ class StepCostModel:
             self._transfer(num_slots, fits, seconds, verify)
             chained = np.zeros(k_max + 1, dtype=bool)  # K read at today's load: K* and the K with a trusted chain
             for k, ratio in enumerate(paired):
-                scale = seconds[star] * ratio / seconds[k] if np.isfinite(ratio) else float("nan")
+                scale = seconds[star] * ratio / seconds[k] if ratio is not None else 0.0
                 if 1.0 / self.pair_trust <= scale <= self.pair_trust:  # else a load spike in few pairs: the own fit
                     seconds[k] *= scale
                     verify[k] *= scale
@@ -143,17 +143,18 @@ class StepCostModel:
             last = self._predicted[num_slots, k_max] = (key, (seconds, verify), chained)
         return last[1]
 
-    def _ratios_to(self, num_slots: int, star: int, k_max: int) -> tuple[float, ...]:
+    def _ratios_to(self, num_slots: int, star: int, k_max: int) -> tuple[float | None, ...]:
         """[k_max + 1] T(B, K) / T(B, K*) through the pairs (breadth first from K*: the fewest pairs; a pair of K
-        and K' needs `pair_support` near rows, either K's paired with K' or K''s with K); nan where no chain."""
-        out = [float("nan")] * (k_max + 1)
+        and K' needs `pair_support` near rows, either K's paired with K' or K''s with K); None where no chain (not
+        nan: predict compares these tuples to reuse its arrays, and nan != nan)."""
+        out: list[float | None] = [None] * (k_max + 1)
         out[star] = 1.0
         frontier = [star]
         while frontier:
             nxt = []
             for u in frontier:
                 for v in range(k_max + 1):
-                    if math.isnan(out[v]):
+                    if out[v] is None:
                         edge = self._edge(num_slots, v, u)  # T_v / T_u
                         if math.isfinite(edge):
                             out[v] = out[u] * edge
