@@ -5,8 +5,10 @@ acceptance.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
+import statistics
 
 import numpy as np
 
@@ -69,7 +71,8 @@ class StepCostModel:
         self.window, self.outlier, self.bandwidth, self.refit_every = window, outlier, bandwidth, refit_every
         self.recent, self.pair_steps, self.pair_support = recent, pair_steps, pair_support
         self.pair_trust = pair_trust  # a chain's T(B, K) is used within this factor of K's own fit
-        self._recent: list[tuple[int, int, float]] = []  # the last `recent` observations (K, B, seconds), newest last
+        self._recent: collections.deque[tuple[int, int, float]] = collections.deque(maxlen=recent)  # (K, B, seconds)
+        # of the last `recent` observations, newest last
         self.far = far  # support below which a K's prediction is transferred from a supported K (_transfer)
         # K -> [(B, seconds, verify seconds, T(B, 0) predicted then (seconds itself for K = 0; nan if unknown),
         #       the K paired with (-1: none), seconds / that K's recent seconds at B (nan: none))]
@@ -86,7 +89,7 @@ class StepCostModel:
         partner, ratio = self._pair(k, cost)
         row = (cost.num_slots, cost.seconds, cost.verify_seconds, reference, partner, ratio)
         self.samples[k] = (self.samples.get(k, []) + [row])[-self.window:]
-        self._recent = (self._recent + [(k, cost.num_slots, cost.seconds)])[-self.recent:]
+        self._recent.append((k, cost.num_slots, cost.seconds))
         self.count[k] = self.count.get(k, 0) + 1
         self._unfitted[k] = self._unfitted.get(k, 0) + 1
         for key in self._since_any:
@@ -104,9 +107,7 @@ class StepCostModel:
         level = [t for kk, bb, t in reversed(self._recent) if kk == partner and bb == b][:self.pair_steps]
         if len(level) < 3:
             return -1, float("nan")
-        ranked = sorted(level)
-        mid = len(ranked) // 2
-        median = ranked[mid] if len(ranked) % 2 else 0.5 * (ranked[mid - 1] + ranked[mid])
+        median = statistics.median(level)
         return partner, cost.seconds / median if median > 0 else float("nan")
 
     def current_k(self) -> int | None:
@@ -181,6 +182,8 @@ class StepCostModel:
                 self._cached[key] = float(self._robust_intercepts([r[0] for r in rows], [[r[1] for r in rows]],
                                                                   num_slots)[0])
         value = self._cached[key]
+        if not value > 0:  # nan, or a fit extrapolated below 0: no pair
+            return float("nan")
         return value if a == lo else 1.0 / value
 
     def _transfer(self, num_slots: int, fits: tuple[_Fit, ...], seconds: np.ndarray, verify: np.ndarray) -> None:
