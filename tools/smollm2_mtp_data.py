@@ -87,11 +87,25 @@ MORE_SUBJECTS = (
 )
 
 
+EXTRA_SUBJECTS = (
+    "the circulatory system", "coral reefs", "the Renaissance", "rock music", "asking for a raise", "packing for a hike",
+    "air pollution", "the digestive system", "ships", "linked lists", "magnets", "basketball", "succulents",
+    "chocolate", "the steam engine", "tornadoes", "water conservation", "stretching", "making soup", "inflation",
+    "butterflies", "ancient Greece", "allergies", "wind turbines", "reading faster", "first day at a new job",
+    "whales", "the rainforest", "patience", "learning to ride a bike", "pottery", "the radio", "clouds", "penguins",
+    "elephants", "lakes", "binary search", "Python strings", "functions in programming", "percentages",
+    "email etiquette", "reading error messages", "web browsers", "CSV files", "statistics", "circles",
+    "a secret garden", "a broken clock", "a town in the mountains", "a robot who wants to be a chef",
+    "a train station at dawn", "a camping trip", "a wedding", "a flea market", "the north pole", "olive oil",
+    "roller skates", "the windmill", "a school play", "the sunrise",
+)
+
 def chat_prompts() -> list[str]:
     """Templates x subjects, interleaved so every template and subject appears in both splits: first the first
     480 of TEMPLATES' pairs (the set of the first trained head; benchmarks/prompts/mtp_heldout.jsonl holds its
     held-out prompts), then the other 240 of TEMPLATES' pairs, then MORE_TEMPLATES x SUBJECTS (1,080 prompts: the
-    first head's set), then every template x MORE_SUBJECTS (1,080 more)."""
+    first head's set), then every template x MORE_SUBJECTS (1,080 more: the committed head's set), then every
+    template x EXTRA_SUBJECTS (1,080 more). Each part only appends, so earlier prompts keep their split."""
     pairs = list(itertools.product(range(len(SUBJECTS)), range(len(TEMPLATES))))
     first = [TEMPLATES[(t + s) % len(TEMPLATES)].format(s=SUBJECTS[s]) for s, t in pairs if (t + 2 * s) % 3 != 0]
     rest = [TEMPLATES[(t + s) % len(TEMPLATES)].format(s=SUBJECTS[s]) for s, t in pairs if (t + 2 * s) % 3 == 0]
@@ -100,7 +114,9 @@ def chat_prompts() -> list[str]:
     every = TEMPLATES + MORE_TEMPLATES
     extra = [every[(t + s) % len(every)].format(s=MORE_SUBJECTS[s])
              for s, t in itertools.product(range(len(MORE_SUBJECTS)), range(len(every)))]
-    return first + rest + more + extra
+    extra2 = [every[(t + s) % len(every)].format(s=EXTRA_SUBJECTS[s])
+              for s, t in itertools.product(range(len(EXTRA_SUBJECTS)), range(len(every)))]
+    return first + rest + more + extra + extra2
 
 
 def doc_texts() -> list[str]:
