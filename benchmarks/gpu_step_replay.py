@@ -15,10 +15,10 @@ Target forward per layer: rms_norm, qkv linear, rotary, paged_attention (append 
 rms_norm, gate_up linear, SiLU * up, down linear (residual added by the next norm). Ours (specworker launchers
 through kernel_harness): batch_invariant_linear_bf16 (every linear, lm_head with float32 logits), fused_rms_norm
 bf16 (every norm, the residual adds fused in; out of place, so the residual stream alternates between two buffers),
-qkv_norm_rotary bf16 (split + rotary, no q/k norms in these models), paged_attention bf16, speculate_pre_process,
+fused_swiglu bf16 (SiLU * up), qkv_norm_rotary bf16 (split + rotary, no q/k norms in these models), paged_attention bf16, speculate_pre_process,
 rebuild_padding, speculate_verify, speculate_update, speculate_set_value_by_flags_and_idx, draft_model_preprocess,
 eagle_get_hidden_states. CuPy RawKernels (no specworker kernel exists): embedding gather, the rotary factors' gather
-by position (once per forward, as RotaryEmbedding.factors), SiLU * up, row argmax, the MTP input concat (its two
+by position (once per forward, as RotaryEmbedding.factors), row argmax, the MTP input concat (its two
 norms are fused_rms_norm), the draft's last-row gather. Not replayed: draft_model_update, draft_model_postprocess,
 sampling other than greedy. The state ops run on their own copies of the slot state (from reference/cases), so graph
 replays do not move the forward's lengths; every slot has CONTEXT cached tokens before the step.
@@ -76,7 +76,6 @@ def predictions(row: dict) -> dict:
 OUT_F32, OUT_BF16 = 0, 2
 
 KERNELS = r"""
-__device__ __forceinline__ float bf(unsigned short x) { return __uint_as_float(((unsigned)x) << 16); }
 __device__ __forceinline__ unsigned short fb(float f) {
   unsigned u = __float_as_uint(f); u += 0x7FFFu + ((u >> 16) & 1u); return (unsigned short)(u >> 16);
 }
@@ -98,13 +97,6 @@ extern "C" __global__ void rope_factors(const float* cos_full, const float* sin_
   int pos = b < 0 ? 0 : dec[b] + (int)(t - cu[b]); pos = pos < 0 ? 0 : (pos >= P ? P - 1 : pos);
   for (int i = threadIdx.x; i < D; i += blockDim.x) {
     cos_out[t * D + i] = cos_full[(long long)pos * D + i]; sin_out[t * D + i] = sin_signed[(long long)pos * D + i];
-  }
-}
-extern "C" __global__ void silu_mul(const unsigned short* gu, unsigned short* out, int I) {
-  long long t = blockIdx.x;
-  for (int i = threadIdx.x; i < I; i += blockDim.x) {
-    float g = bf(gu[t * 2 * I + i]), u = bf(gu[t * 2 * I + I + i]);
-    out[t * I + i] = fb(g / (1.f + __expf(-g)) * u);
   }
 }
 extern "C" __global__ void argmax_rows(const float* logits, long long* out, int V) {
@@ -142,12 +134,13 @@ class Gpu:
     def __init__(self, cp):
         self.cp = cp
         mod = cp.RawModule(code=KERNELS, options=("-std=c++14",))
-        self.k = {n: mod.get_function(n) for n in ("fill", "embed", "rope_factors", "silu_mul", "argmax_rows",
-                                                   "concat_rows", "last_rows")}
+        self.k = {n: mod.get_function(n) for n in ("fill", "embed", "rope_factors", "argmax_rows", "concat_rows",
+                                                   "last_rows")}
         self.linear = raw_launcher("specworker_batch_invariant_linear_bf16_launch")
         self.attention = raw_launcher("specworker_paged_attention_bf16_launch")
         self.rms_norm = raw_launcher("specworker_fused_rms_norm_bf16_launch")
         self.qkv_rotary = raw_launcher("specworker_qkv_norm_rotary_bf16_launch")
+        self.swiglu = raw_launcher("specworker_fused_swiglu_bf16_launch")
 
     def s(self):
         return ctypes.c_void_p(self.cp.cuda.get_current_stream().ptr)
@@ -225,7 +218,7 @@ class Layer:
         g.mm(b["attn"], self.w_o, b["o"], T, m["heads"] * D, H)
         resid = add_norm(g, b, b["o"], resid, self.n2, T, H)
         g.mm(b["h"], self.w_gu, b["gu"], T, H, 2 * I)
-        g.raw("silu_mul", T, 256, b["gu"], b["act"], np.int32(I))
+        check(g.swiglu(ptr(b["gu"]), ptr(b["act"]), T, I, g.s()), "fused_swiglu_bf16")
         g.mm(b["act"], self.w_down, b["down"], T, I, H)
         return b["down"], resid
 
