@@ -15,9 +15,10 @@ Target forward per layer: rms_norm, qkv linear, rotary, paged_attention (append 
 rms_norm, gate_up linear, SiLU * up, down linear (residual added by the next norm). Ours (specworker launchers
 through kernel_harness): batch_invariant_linear_bf16 (every linear, lm_head with float32 logits), fused_rms_norm
 bf16 (every norm, the residual adds fused in; out of place, so the residual stream alternates between two buffers),
-fused_swiglu bf16 (SiLU * up), qkv_norm_rotary bf16 (split + rotary, no q/k norms in these models), paged_attention bf16, speculate_pre_process,
-rebuild_padding, speculate_verify, speculate_update, speculate_set_value_by_flags_and_idx, draft_model_preprocess,
-eagle_get_hidden_states. CuPy RawKernels (no specworker kernel exists): embedding gather, the rotary factors' gather
+fused_swiglu bf16 (SiLU * up), qkv_norm_rotary bf16 (split + rotary, no q/k norms in these models), paged_attention
+bf16, speculate_pre_process, rebuild_padding, speculate_verify, speculate_update,
+speculate_set_value_by_flags_and_idx, draft_model_preprocess, eagle_get_hidden_states. CuPy RawKernels (no
+specworker kernel exists): embedding gather, the rotary factors' gather
 by position (once per forward, as RotaryEmbedding.factors), row argmax, the MTP input concat (its two
 norms are fused_rms_norm), the draft's last-row gather. Not replayed: draft_model_update, draft_model_postprocess,
 sampling other than greedy. The state ops run on their own copies of the slot state (from reference/cases), so graph

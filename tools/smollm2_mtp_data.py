@@ -88,8 +88,8 @@ MORE_SUBJECTS = (
 
 
 EXTRA_SUBJECTS = (
-    "the circulatory system", "coral reefs", "the Renaissance", "rock music", "asking for a raise", "packing for a hike",
-    "air pollution", "the digestive system", "ships", "linked lists", "magnets", "basketball", "succulents",
+    "the circulatory system", "coral reefs", "the Renaissance", "rock music", "asking for a raise",
+    "packing for a hike", "air pollution", "the digestive system", "ships", "linked lists", "magnets", "basketball", "succulents",
     "chocolate", "the steam engine", "tornadoes", "water conservation", "stretching", "making soup", "inflation",
     "butterflies", "ancient Greece", "allergies", "wind turbines", "reading faster", "first day at a new job",
     "whales", "the rainforest", "patience", "learning to ride a bike", "pottery", "the radio", "clouds", "penguins",
@@ -99,6 +99,7 @@ EXTRA_SUBJECTS = (
     "a train station at dawn", "a camping trip", "a wedding", "a flea market", "the north pole", "olive oil",
     "roller skates", "the windmill", "a school play", "the sunrise",
 )
+
 
 def chat_prompts() -> list[str]:
     """Templates x subjects, interleaved so every template and subject appears in both splits: first the first
@@ -112,11 +113,10 @@ def chat_prompts() -> list[str]:
     more = [MORE_TEMPLATES[(t + s) % len(MORE_TEMPLATES)].format(s=SUBJECTS[s])
             for s, t in itertools.product(range(len(SUBJECTS)), range(len(MORE_TEMPLATES)))]
     every = TEMPLATES + MORE_TEMPLATES
-    extra = [every[(t + s) % len(every)].format(s=MORE_SUBJECTS[s])
-             for s, t in itertools.product(range(len(MORE_SUBJECTS)), range(len(every)))]
-    extra2 = [every[(t + s) % len(every)].format(s=EXTRA_SUBJECTS[s])
-              for s, t in itertools.product(range(len(EXTRA_SUBJECTS)), range(len(every)))]
-    return first + rest + more + extra + extra2
+    later = [every[(t + s) % len(every)].format(s=subjects[s])
+             for subjects in (MORE_SUBJECTS, EXTRA_SUBJECTS)
+             for s, t in itertools.product(range(len(subjects)), range(len(every)))]
+    return first + rest + more + later
 
 
 def doc_texts() -> list[str]:

@@ -71,8 +71,8 @@ class StepCostModel:
         self.window, self.outlier, self.bandwidth, self.refit_every = window, outlier, bandwidth, refit_every
         self.recent, self.pair_steps, self.pair_support = recent, pair_steps, pair_support
         self.pair_trust = pair_trust  # a chain's T(B, K) is used within this factor of K's own fit
-        self._recent: collections.deque[tuple[int, int, float]] = collections.deque(maxlen=recent)  # (K, B, seconds)
-        # of the last `recent` observations, newest last
+        # (K, B, seconds) of the last `recent` observations, newest last
+        self._recent: collections.deque[tuple[int, int, float]] = collections.deque(maxlen=recent)
         self.far = far  # support below which a K's prediction is transferred from a supported K (_transfer)
         # K -> [(B, seconds, verify seconds, T(B, 0) predicted then (seconds itself for K = 0; nan if unknown),
         #       the K paired with (-1: none), seconds / that K's recent seconds at B (nan: none))]
