@@ -157,8 +157,9 @@ class AdaptivePolicy(SpeculationPolicy):
     neighbour of the current K
     (alternately above and below) is held for `hold` steps every `explore_every` decode steps, an interval that
     doubles (up to `explore_max`) each time the exploration leaves the choice as it was (once the worker totals hold
-    `admit_min_reaches` verifications of draft position 1, and each neighbour's rate at its optimistic acceptance,
-    `confidence` standard errors up, is below the choice's) and returns to `explore_every` when the choice changes.
+    `admit_min_reaches` verifications of draft position 1, and each neighbour has `settle_costs` steady cost
+    observations and a rate at its optimistic acceptance, `confidence` standard errors up, below the choice's) and
+    returns to `explore_every` when the choice changes.
     The chosen K changes only when another K's rate beats it by more than `switch_margin` (`optimism`: the choice
     reads the optimistic acceptance too; off by default).
     Draft-less admission (`admit`): a request admitted where K = 0 is settled (`prefers_no_drafts`; it also needs
@@ -173,8 +174,10 @@ class AdaptivePolicy(SpeculationPolicy):
                  prior_weight: float = 6.0, decay: float = 0.92, need: int = 3, hold: int = 2,
                  explore_every: int = 32, explore_max: int = 256, switch_margin: float = 0.02,
                  admit_min_reaches: int = 64, k_prior_weight: float = 8.0,
-                 redecide_every: int = 8, redecide_max: int = 32, confidence: float = 1.0, optimism: bool = False):
+                 redecide_every: int = 8, redecide_max: int = 32, confidence: float = 1.0, optimism: bool = False,
+                 settle_costs: int = 6):
         super().__init__(num_slots, k_max, pin_sampled=pin_sampled)
+        self.settle_costs = settle_costs  # steady cost observations a neighbour needs before explorations back off
         self.confidence = confidence  # standard errors of optimism on the per-k acceptance (optimistic_prior_by_k)
         self.optimism = optimism  # the choice itself reads the optimistic acceptance (else only the back-off does)
         self.redecide_every = redecide_every  # steps a decision is kept while the live slots and caps stay the same
@@ -535,13 +538,18 @@ class AdaptivePolicy(SpeculationPolicy):
         """Whether K = k's rate at its point estimate beats each neighbour K = k +- 1's optimistic rate (from
         optimistic_prior_by_k): then exploring the neighbours less often loses little. A neighbour whose acceptance
         rests on few steps anchored by its own drafts has a wide bound and keeps being explored every
-        `explore_every` steps. point: the [N, K + 1] point-estimate gains when the caller has them."""
+        `explore_every` steps; so does one whose cost rests on fewer than `settle_costs` steady observations (two
+        load spikes among the warm-up's three read T(4, 2) at 2.4x its cost, which no later exploration corrected
+        once the interval had backed off). point: the [N, K + 1] point-estimate gains when the caller has them."""
+        neighbours = [n for n in (k - 1, k + 1) if 0 <= n <= self.k_max]
+        if any(self.costs.count.get(n, 0) < self.settle_costs for n in neighbours):
+            return False
         acceptance = self.acceptance()
         if point is None:
             point, _ = self.expected_by_k(acceptance)
         bound, _ = self.expected_by_k(acceptance, self.optimistic_prior_by_k())
         rate = lambda gain, n: gain[rows, np.minimum(n, self.cap[rows])].sum() / max(seconds[n], 1e-9)  # noqa: E731
-        return all(rate(bound, n) < rate(point, k) for n in (k - 1, k + 1) if 0 <= n <= self.k_max)
+        return all(rate(bound, n) < rate(point, k) for n in neighbours)
 
     def drain_seconds(self, live: np.ndarray, remaining: np.ndarray) -> np.ndarray:
         """[K + 1] predicted seconds until every live slot has emitted its remaining tokens, the batch drafting with

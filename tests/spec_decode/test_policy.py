@@ -111,11 +111,26 @@ def test_adaptive_backs_off_exploring_a_neighbour_only_once_its_bound_is_below()
     (optimistic 136 tokens/s) K = 2 may still be better and explorations stay `explore_every` apart."""
     for seconds_k2, backed_off in ((22e-3, True), (20e-3, False)):
         policy = _thin_k2(4)
+        policy.costs.count.update(dict.fromkeys(range(3), policy.settle_costs))  # costs on evidence (the test below)
         policy.kept_k, policy.explored = 1, True
         policy.switch_margin = 1.0  # hold K = 1 whatever the optimistic rates say: the back-off alone is tested
         best, _ = policy.best_k(np.array([True]), np.array([10e-3, 14e-3, seconds_k2]))
         assert best == 1
         assert (policy.explore_interval == 2 * policy.explore_every) == backed_off, (seconds_k2, policy.explore_interval)
+
+
+def test_adaptive_keeps_exploring_a_neighbour_whose_cost_rests_on_few_steps():
+    """The case above that backs off (K = 2 at 22 ms, its bound below K = 1's rate) does not while K = 2's cost rests on
+    fewer than `settle_costs` steady observations: a cost read from a few steps, load spikes among them, would
+    otherwise stay unchecked for up to `explore_max` steps. K = 0's count matters alike (the other neighbour)."""
+    for counts, backed_off in (((6, 20, 6), True), ((6, 20, 5), False), ((5, 20, 6), False), ((3, 20, 3), False)):
+        policy = _thin_k2(4)
+        policy.costs.count.update(enumerate(counts))
+        policy.kept_k, policy.explored = 1, True
+        policy.switch_margin = 1.0
+        best, _ = policy.best_k(np.array([True]), np.array([10e-3, 14e-3, 22e-3]))
+        assert best == 1
+        assert (policy.explore_interval == 2 * policy.explore_every) == backed_off, (counts, policy.explore_interval)
 
 
 def test_adaptive_trims_slots_with_poor_acceptance():
@@ -233,9 +248,9 @@ def test_adaptive_explores_less_often_while_the_choice_holds():
     """Steps 0-7 build the table (K = 0, 0, 1, 1, ...); then a neighbour (K = 0) is explored at step 8 (8 steps
     after the start), 24 (16 later: the first exploration confirmed K = 1, which costs 1.5x and brings 0.9
     tokens), 56 and 88 (32 later: capped at `explore_max`); when the costs change so that K = 0 wins, the interval
-    is back to `explore_every`. (admit_min_reaches = 0: the acceptance evidence the back-off waits for is the next
-    test's subject.)"""
-    policy = AdaptivePolicy(1, 1, need=2, hold=2, explore_every=8, explore_max=32, admit_min_reaches=0)
+    is back to `explore_every`. (admit_min_reaches = 0, settle_costs = 0: the acceptance and cost evidence the
+    back-off waits for are other tests' subjects.)"""
+    policy = AdaptivePolicy(1, 1, need=2, hold=2, explore_every=8, explore_max=32, admit_min_reaches=0, settle_costs=0)
     seen, intervals = _run_explorations(policy, 120, 0.5)
     explored = [i for i in range(8, len(seen)) if seen[i] == 0 and seen[i - 1] == 1]  # K = 0 holds after the table
     assert explored == [8, 24, 56, 88] and seen[8:10] == [0, 0], explored
