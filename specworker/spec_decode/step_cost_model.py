@@ -54,9 +54,11 @@ class StepCostModel:
     exploration: its steady step against the steps it interrupted). `predict` reads K* from its own fit, which
     follows the load, and every other K as T(B, K*) times the pair ratios along the shortest chain K* - K1 - ... - K
     whose pairs each have `pair_support` (3) rows near B (a load spike in one must not stand alone), a pair fitted
-    like the seconds; within `pair_trust` (2.5x) of K's own fit, else (and without a chain) from that fit. A ratio
-    measured steps apart stays valid however the load moved since. (No load index: one fitted from the same steps
-    as K*'s own fit is confounded with it and random-walks.)
+    like the seconds; within `pair_trust` (2.5x) of K's own fit, else (and without a chain) from that fit, or, where
+    that moves it by more than `rescale_beyond` (1.2x: the noise of the reference), as T(B, 0) now times K's ratio to
+    T(B, 0) at its observations' time (`_rescale_unchained`, relative costs below). A ratio measured steps apart
+    stays valid however the load moved since. (No load index: one fitted from the same steps as K*'s own fit is
+    confounded with it and random-walks.)
 
     Relative costs (`predict_relative`): each observation of a K >= 1 also keeps the K = 0 prediction at its batch
     size at its time (when that rests on near observations), and the ratio T / T(B, 0) is fitted like the seconds.
@@ -67,7 +69,10 @@ class StepCostModel:
 
     def __init__(self, *, window: int = 12, outlier: float = 4.0, bandwidth: float = 0.35, refit_every: int = 16,
                  far: float = 0.5, recent: int = 16, pair_steps: int = 4, pair_support: float = 3.0,
-                 pair_trust: float = 2.5):
+                 pair_trust: float = 2.5, rescale_beyond: float = 1.2):
+        # a K >= 1 without a trusted chain is read relative to T(B, 0) now when that moves it by more than this
+        # factor (_rescale_unchained; inf: never)
+        self.rescale_beyond = rescale_beyond
         self.window, self.outlier, self.bandwidth, self.refit_every = window, outlier, bandwidth, refit_every
         self.recent, self.pair_steps, self.pair_support = recent, pair_steps, pair_support
         self.pair_trust = pair_trust  # a chain's T(B, K) is used within this factor of K's own fit
@@ -141,8 +146,30 @@ class StepCostModel:
                     seconds[k] *= scale
                     verify[k] *= scale
                     chained[k] = True
+            self._rescale_unchained(num_slots, fits, seconds, verify, chained)
             last = self._predicted[num_slots, k_max] = (key, (seconds, verify), chained)
         return last[1]
+
+    def _rescale_unchained(self, num_slots: int, fits: tuple[_Fit, ...], seconds: np.ndarray, verify: np.ndarray,
+                           chained: np.ndarray) -> None:
+        """A K >= 1 without a trusted chain: T(B, 0) as predicted now times K's fitted ratio to the T(B, 0) of its
+        observations' time (`_ratio_one`), within `pair_trust` of its own fit, where T(B, 0) rests on near
+        observations; in place. Its own fit compares seconds measured at another load with K = 0's now: on the tiny
+        pair at 64 slots T(64, 2) read 46.7 ms beside T(64, 0) = 24.3 (18 when K = 2 was measured), and a draining
+        batch drafted with K = 2 at 0.79x of no drafts. Only past `rescale_beyond`: the ratio's reference is one
+        cached T(B, 0) fit, whose error each row of K shares (on the replay without drift, every K rescaled read r_1
+        1.94 for a true 1.76 and cost 0.965x of the best fixed K at 16 slots)."""
+        if fits[0].support < 1.0:
+            return
+        for k in range(1, len(fits)):
+            ratio = self._ratio_one(num_slots, k)
+            if chained[k] or not ratio > 0:  # chained, or no observation of K knew T(B, 0) (nan)
+                continue
+            scale = seconds[0] * ratio / seconds[k]
+            if 1.0 / self.pair_trust <= scale <= self.pair_trust and not (
+                    1.0 / self.rescale_beyond <= scale <= self.rescale_beyond):
+                seconds[k] *= scale
+                verify[k] *= scale
 
     def _ratios_to(self, num_slots: int, star: int, k_max: int) -> tuple[float | None, ...]:
         """[k_max + 1] T(B, K) / T(B, K*) through the pairs (breadth first from K*: the fewest pairs; a pair of K

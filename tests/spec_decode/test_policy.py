@@ -337,6 +337,23 @@ def test_step_cost_model_relative_costs_survive_a_load_change():
     np.testing.assert_allclose(model.predict_relative(32, 2), [0.02, 0.04, 0.06], rtol=1e-6)
 
 
+@pytest.mark.parametrize("load,expected", [(1.35, [13.5, 24.3, 35.1]), (1.1, [11.0, 18.0, 26.0])])
+def test_step_cost_model_reads_an_unchained_k_relative_to_k0_now(load, expected):
+    """K = 0, 1, 2 cost 10, 18, 26 ms at batch 32, then only K = 0 runs while the load moves by `load`. No chain
+    (pair_support inf): K = 1 and 2 are read as T(32, 0) now times their ratio to T(32, 0) at their time when that
+    moves them by more than `rescale_beyond` (1.2): after 1.35x, 1.8 and 2.6 x 13.5 ms (their own fits, 18 and 26 ms,
+    would make drafting look 1.35x cheaper than it is); after 1.1x, within the noise of the reference, their own fits.
+    rescale_beyond inf: the own fits at 1.35x too."""
+    for beyond, want in ((1.2, expected), (float("inf"), [10.0 * load, 18.0, 26.0])):
+        model = StepCostModel(pair_support=float("inf"), rescale_beyond=beyond)
+        for k, ms in enumerate((10.0, 18.0, 26.0)):
+            for _ in range(3):
+                model.add(k, _cost(32, 32 * k, k, ms / 1000))
+        for _ in range(40):
+            model.add(0, _cost(32, 0, 0, 0.01 * load))
+        np.testing.assert_allclose(model.predict(32, 2)[0] * 1000, want, rtol=1e-6)
+
+
 def test_adaptive_stays_draftless_when_the_load_changes_while_only_k0_runs():
     """Draft-less admission at batch 32 holds after the machine got twice as busy during K = 0 steps: judged on the
     seconds as measured, K = 1 (1.5 tokens at the prior acceptance 0.5, for its old 20 ms) would beat K = 0 (1 token for
