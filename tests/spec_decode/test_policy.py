@@ -368,6 +368,28 @@ def test_adaptive_stays_draftless_when_the_load_changes_while_only_k0_runs():
     assert not policy.admit(1, 32)
 
 
+@pytest.mark.parametrize("remaining", [None, [64, 64, 64, 64]], ids=["rate", "drain"])
+def test_adaptive_admits_draftless_only_where_no_drafts_wins_at_the_optimistic_acceptance(remaining):
+    """Draft-less admission is irreversible, so K = 0 must win at each K's optimistic acceptance (optimistic_prior_by_k).
+    K = 1 costs 1.4x K = 0 and position 1 is accepted 0.35 of the time: at the point estimate K = 0 wins (1.35 tokens
+    for 1.4x), but with few verifications of steps after K = 1 its bound is 0.55 and K = 1 may win: not draft-less
+    (SmolLM2 at 4 slots: 0.54 from the warm-up, 0.61 once K = 1 ran, and fixed k = 1 at 1.05-1.08x of `none`). Once
+    10,000 such verifications hold 0.35, draft-less."""
+    policy = AdaptivePolicy(4, 1)
+    for _ in range(policy.need):
+        for k in range(2):
+            policy.costs.add(k, _cost(4, 4 * k, k, 0.01 * (1 + 0.4 * k)))
+    policy.total_reaches[:] = 1000
+    policy.total_successes[:] = 350
+    rem = None if remaining is None else np.array(remaining)
+    policy.on_insert(0, _request())
+    assert policy.admit(0, 4, rem) and not policy.draftless[0]
+    policy.k_reaches[:] = policy.total_reaches[:] = 10000
+    policy.k_successes[:] = policy.total_successes[:] = 3500
+    policy.on_insert(1, _request())
+    assert not policy.admit(1, 4, rem) and policy.draftless[1]
+
+
 def test_adaptive_admits_draftless_only_where_no_drafts_is_settled():
     """Draft-less (cap 0, flagged) only when every K has `need` steady observations near the batch size and K = 0
     wins there by the switch margin; not at a batch size the observations do not reach (an extrapolation), not
@@ -399,13 +421,16 @@ def test_adaptive_admits_draftless_only_where_no_drafts_is_settled():
 
 def _tied_at(batch, k1_seconds):
     """A k_max = 2 AdaptivePolicy settled at `batch` slots (need steady steps per K, admit_min_reaches verifications,
-    prior acceptance 0.5): K = 0 costs 10 ms, K = 1 `k1_seconds`, K = 2 20 ms."""
+    prior acceptance 0.5, and per anchoring k so many verifications at 0.5 that its optimistic bound is 0.5 too):
+    K = 0 costs 10 ms, K = 1 `k1_seconds`, K = 2 20 ms."""
     policy = AdaptivePolicy(batch, 2)
     for k, seconds in enumerate((0.010, k1_seconds, 0.020)):
         for _ in range(policy.need):
             policy.costs.add(k, _cost(batch, batch * k, k, seconds))
     policy.total_reaches[:] = policy.admit_min_reaches
     policy.total_successes[:] = policy.total_reaches / 2
+    policy.k_reaches[:] = 1e8
+    policy.k_successes[:] = policy.k_reaches / 2
     return policy
 
 
