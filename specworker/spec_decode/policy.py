@@ -302,7 +302,9 @@ class AdaptivePolicy(SpeculationPolicy):
         optimistic bound (optimistic_prior_by_k, `confidence` standard errors up): the choice is irreversible, and
         on SmolLM2's MTP head at 4 slots the warm-up's verifications read position 1 as 0.54 (0.61 once K = 1 ran),
         D(1) / D(0) 1.04-1.09 on them: every request was admitted draft-less, where fixed k = 1 is 1.05-1.08x of
-        `none`."""
+        `none`. And both read each K >= 1's cost at its lower bound (StepCostModel.relative_error, `confidence`
+        standard errors down): T(4, 1) / T(4, 0) read 1.54-1.85 from the warm-up's few K = 1 steps there, 1.42 once
+        paired explorations measured it."""
         if num_slots < 1 or any(self.costs.count.get(k, 0) < self.need for k in range(self.k_max + 1)):
             return False
         # The acceptance must rest on evidence too: after one request's exploration the Laplace-smoothed totals hold a
@@ -312,15 +314,18 @@ class AdaptivePolicy(SpeculationPolicy):
             return False
         if self.costs.support(num_slots, self.k_max).min() < 1.0:
             return False
+        # costs at their lower bound too: a K >= 1 seen in a few noisy steps must not settle K = 0 for good
+        cheaper = 1.0 - np.minimum(self.confidence * self.costs.relative_error(num_slots, self.k_max), 0.5)
+        cheaper[0] = 1.0
         live = None if remaining is None else np.asarray(remaining) > 0
         if live is not None and live.sum() > 1:
             # ties go to no drafts: a draining batch admitted with drafts pays the explorations and the policy's
             # per-step work for its whole drain, which D does not count (the tiny pair at 16 slots: fixed k = 2 at
             # 0.97x of `none`, adaptive admitted with drafts 0.91x)
-            drain = self.drain_seconds(live, np.asarray(remaining), self.optimistic_prior_by_k())  # [K + 1]
+            drain = self.drain_seconds(live, np.asarray(remaining), self.optimistic_prior_by_k(), cheaper)  # [K + 1]
             return bool(drain[0] <= (1 + self.switch_margin) * drain[1:].min())
         # relative costs: while only K = 0 runs, the load may change since K >= 1 was last measured
-        seconds = self.costs.predict_relative(num_slots, self.k_max)
+        seconds = self.costs.predict_relative(num_slots, self.k_max) * cheaper
         gain, _ = self.expected_by_k(self.prior()[None, :], self.optimistic_prior_by_k())
         rates = gain[0] / seconds  # [K + 1]; every slot at the prior: B cancels
         return bool(rates[0] >= (1 + self.switch_margin) * rates[1:].max())
@@ -555,7 +560,8 @@ class AdaptivePolicy(SpeculationPolicy):
         rate = lambda gain, n: gain[rows, np.minimum(n, self.cap[rows])].sum() / max(seconds[n], 1e-9)  # noqa: E731
         return all(rate(bound, n) < rate(point, k) for n in neighbours)
 
-    def drain_seconds(self, live: np.ndarray, remaining: np.ndarray, by_k: np.ndarray | None = None) -> np.ndarray:
+    def drain_seconds(self, live: np.ndarray, remaining: np.ndarray, by_k: np.ndarray | None = None,
+                      cost_scale: np.ndarray | None = None) -> np.ndarray:
         """[K + 1] predicted seconds until every live slot has emitted its remaining tokens, the batch drafting with
         K throughout (docs/adaptive.md, "Draining batches"): slot b needs n_b = R_b / E_b(min(K, cap_b)) steps;
         with n sorted ascending, D(K) = sum_i (n_(i) - n_(i-1)) T(B - i, K), each step paying for the slots still
@@ -564,7 +570,8 @@ class AdaptivePolicy(SpeculationPolicy):
         deviation times the i-th of B normal order statistics' expected values (Blom's scores; over B = 64 slots
         the last is +2.4 deviations). T at a batch size between the points of a geometric grid (1, 1.4, 2, 2.8,
         ..., B, rounded: 2 ceil(log2 B) + 1 points) is interpolated linearly in B, so a batch of 64 needs 12
-        predictions, not 64. by_k: expected_by_k's (admission passes the optimistic bound)."""
+        predictions, not 64. by_k: expected_by_k's (admission passes the optimistic bound); cost_scale: [K + 1]
+        factors on T (admission passes the costs' lower bound)."""
         gain, reach = self.expected_by_k(self.acceptance(), by_k)
         rows = np.flatnonzero(live)
         size = len(rows)
@@ -572,6 +579,8 @@ class AdaptivePolicy(SpeculationPolicy):
         square = 1.0 + (reach[:, rows] * (2 * np.arange(1, self.k_max + 1) + 1) * self._below_k[:, None, :]).sum(axis=2)
         grid = _drain_grid(size)
         table = np.array([self.costs.predict(int(b), self.k_max)[0] for b in grid])  # [G, K + 1]
+        if cost_scale is not None:
+            table = table * cost_scale
         left = np.arange(size, 0, -1)  # slots still decoding in segment i
         seconds = np.stack([np.interp(left, grid, column) for column in table.T], axis=1)  # [B, K + 1] T(left_i, K)
         tokens = np.maximum(remaining[rows], 1)

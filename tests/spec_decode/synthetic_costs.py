@@ -13,7 +13,7 @@ from specworker.spec_decode.step_cost_model import StepCostModel
 
 
 class SyntheticCostModel(StepCostModel):
-    """T(B, K) = cost(B, K) seconds (measured and relative alike), V = 0.6 T, support `window` everywhere;
+    """T(B, K) = cost(B, K) seconds (measured and relative alike), V = 0.6 T, support `window` everywhere, no error;
     observations are counted (readiness, exploration) but their seconds are not used. ready: start with `need` observations of every K (no initial
     exploration)."""
 
@@ -35,6 +35,9 @@ class SyntheticCostModel(StepCostModel):
 
     def support(self, num_slots: int, k_max: int) -> np.ndarray:
         return np.full(k_max + 1, float(self.window))
+
+    def relative_error(self, num_slots: int, k_max: int) -> np.ndarray:
+        return np.zeros(k_max + 1)  # the formula is exact
 
 
 def drafts_pay_below(threshold: int) -> Callable[[int, int], float]:

@@ -390,6 +390,36 @@ def test_adaptive_admits_draftless_only_where_no_drafts_wins_at_the_optimistic_a
     assert not policy.admit(1, 4, rem) and policy.draftless[1]
 
 
+def test_step_cost_model_relative_error():
+    """1.4826 x the weighted median of |T_i / T - 1| over sqrt(support): four steps of 83, 77, 109, 89 ms at one batch
+    size (fit 83 ms: residuals 0, 0.072, 0.313, 0.072) give 1.4826 x 0.072 / 2; equal steps give 0."""
+    noisy, steady = StepCostModel(), StepCostModel()
+    for ms in (83, 77, 109, 89):
+        noisy.add(0, _cost(4, 0, 0, ms / 1000))
+        steady.add(0, _cost(4, 0, 0, 0.0145))
+    np.testing.assert_allclose(noisy.predict(4, 0)[0], [0.083])  # 109 ms left out (an outlier)
+    np.testing.assert_allclose(noisy.relative_error(4, 0), [1.4826 * (1 - 77 / 83) / 2])
+    np.testing.assert_allclose(steady.relative_error(4, 0), [0.0], atol=1e-12)
+
+
+def test_adaptive_admits_draftless_only_where_no_drafts_wins_at_the_costs_lower_bound():
+    """Draft-less admission also reads each K >= 1's cost at its lower bound (relative_error, `confidence` standard
+    errors down): K = 1 seen in four steps of 13, 17, 12.5, 15.5 ms (fit 14.3 ms, 7.7% error) against K = 0's 10 ms,
+    acceptance 0.38 known to 1e8 verifications: 1.38 tokens for 1.43x is K = 0's by 3.4% at the point estimate, but
+    K = 1's at 13.2 ms: not draft-less. Twelve steps of 14.5 ms: draft-less. (SmolLM2 at 4 slots read T(4, 1) /
+    T(4, 0) 1.54-1.85 from the warm-up's few K = 1 steps, 1.42 once paired explorations measured it.)"""
+    for k1_ms, draftless in (([13, 17, 12.5, 15.5], False), ([14.5] * 12, True)):
+        policy = AdaptivePolicy(4, 1)
+        for _ in range(12):
+            policy.costs.add(0, _cost(4, 0, 0, 0.010))
+        for ms in k1_ms:
+            policy.costs.add(1, _cost(4, 4, 1, ms / 1000))
+        policy.total_reaches[:] = policy.k_reaches[:] = 1e8
+        policy.total_successes[:] = policy.k_successes[:] = 0.38e8
+        policy.on_insert(0, _request())
+        assert policy.admit(0, 4) != draftless and policy.draftless[0] == draftless
+
+
 def test_adaptive_admits_draftless_only_where_no_drafts_is_settled():
     """Draft-less (cap 0, flagged) only when every K has `need` steady observations near the batch size and K = 0
     wins there by the switch margin; not at a batch size the observations do not reach (an extrapolation), not
