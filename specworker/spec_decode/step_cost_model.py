@@ -261,9 +261,10 @@ class StepCostModel:
         return np.array([self._fit_one(num_slots, k).support for k in range(k_max + 1)])
 
     def relative_error(self, num_slots: int, k_max: int) -> np.ndarray:
-        """[k_max + 1] the standard error of each K's own fit at num_slots relative to it: 1.4826 x the weighted median of
-        its rows' |T_i / T(B, K) - 1| (the step-to-step spread of the load, robust to spikes), over the square root of
-        its support (at least 1). Four steps at one batch size that read 83, 77, 109 and 89 ms give 5.4%."""
+        """[k_max + 1] the standard error of each K's own fit at num_slots relative to it: 1.4826 x the weighted
+        median of its rows' |T_i / T(B, K) - 1| (the step-to-step spread of the load, robust to spikes), over the
+        square root of its support (at least 1). Four steps at one batch size that read 83, 77, 109 and 89 ms give
+        5.4%."""
         out = np.zeros(k_max + 1)
         for k in range(k_max + 1):
             fit = self._fit_one(num_slots, k)

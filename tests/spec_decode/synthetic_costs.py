@@ -13,9 +13,9 @@ from specworker.spec_decode.step_cost_model import StepCostModel
 
 
 class SyntheticCostModel(StepCostModel):
-    """T(B, K) = cost(B, K) seconds (measured and relative alike), V = 0.6 T, support `window` everywhere, no error;
-    observations are counted (readiness, exploration) but their seconds are not used. ready: start with `need` observations of every K (no initial
-    exploration)."""
+    """T(B, K) = cost(B, K) seconds (measured and relative alike), V = 0.6 T, support `window` everywhere, no
+    error; observations are counted (readiness, exploration) but their seconds are not used. ready: start with `need`
+    observations of every K (no initial exploration)."""
 
     def __init__(self, cost: Callable[[int, int], float], *, k_max: int, ready: bool = False, need: int = 3):
         super().__init__()

@@ -370,8 +370,8 @@ def test_adaptive_stays_draftless_when_the_load_changes_while_only_k0_runs():
 
 @pytest.mark.parametrize("remaining", [None, [64, 64, 64, 64]], ids=["rate", "drain"])
 def test_adaptive_admits_draftless_only_where_no_drafts_wins_at_the_optimistic_acceptance(remaining):
-    """Draft-less admission is irreversible, so K = 0 must win at each K's optimistic acceptance (optimistic_prior_by_k).
-    K = 1 costs 1.4x K = 0 and position 1 is accepted 0.35 of the time: at the point estimate K = 0 wins (1.35 tokens
+    """Draft-less admission is irreversible, so K = 0 must win at each K's optimistic acceptance
+    (optimistic_prior_by_k). K = 1 costs 1.4x K = 0 and position 1 is accepted 0.35 of the time: at the point estimate K = 0 wins (1.35 tokens
     for 1.4x), but with few verifications of steps after K = 1 its bound is 0.55 and K = 1 may win: not draft-less
     (SmolLM2 at 4 slots: 0.54 from the warm-up, 0.61 once K = 1 ran, and fixed k = 1 at 1.05-1.08x of `none`). Once
     10,000 such verifications hold 0.35, draft-less."""
