@@ -15,6 +15,17 @@ import numpy as np
 __all__ = ["StepCost", "StepCostModel"]
 
 
+def _weighted_median(values: list[float], weights: list[float]) -> float:
+    """The first of the values, in ascending order, whose cumulative weight reaches half the total."""
+    half, cumulative = 0.5 * sum(weights), 0.0
+    ranked = sorted(zip(values, weights), key=lambda pair: pair[0])
+    for value, weight in ranked:
+        cumulative += weight
+        if cumulative >= half:
+            return value
+    return ranked[-1][0]
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Fit:
     """One K's local fits at one batch size."""
@@ -203,7 +214,7 @@ class StepCostModel:
             rows = [(row[0], row[5]) for row in self.samples[lo] if row[4] == hi and math.isfinite(row[5])]
             rows += [(row[0], 1.0 / row[5]) for row in self.samples[hi]
                      if row[4] == lo and math.isfinite(row[5]) and row[5] > 0]
-            near = sum(math.exp(-0.5 * (math.log(b_ / num_slots) / self.bandwidth) ** 2) for b_, _ in rows)
+            near = sum(self._nearness(b_, num_slots) for b_, _ in rows)
             self._cached[key] = float("nan")
             if near >= self.pair_support:
                 self._cached[key] = float(self._robust_intercepts([r[0] for r in rows], [[r[1] for r in rows]],
@@ -269,16 +280,15 @@ class StepCostModel:
         for k in range(k_max + 1):
             fit = self._fit_one(num_slots, k)
             rows = self.samples[k]
-            weight = [math.exp(-0.5 * (math.log(row[0] / num_slots) / self.bandwidth) ** 2) + 1e-6 for row in rows]
-            residual = sorted((abs(row[1] / fit.seconds - 1.0), w) for row, w in zip(rows, weight))
-            half, cumulative, median = 0.5 * sum(weight), 0.0, residual[-1][0]
-            for value, w in residual:
-                cumulative += w
-                if cumulative >= half:
-                    median = value
-                    break
+            weight = [self._nearness(row[0], num_slots) + 1e-6 for row in rows]
+            median = _weighted_median([abs(row[1] / fit.seconds - 1.0) for row in rows], weight)
             out[k] = 1.4826 * median / math.sqrt(max(fit.support, 1.0))
         return out
+
+    def _nearness(self, batch: float, num_slots: int) -> float:
+        """The kernel weight of an observation at batch size `batch` for a prediction at num_slots:
+        exp(-ln(batch / num_slots)^2 / (2 bandwidth^2))."""
+        return math.exp(-0.5 * (math.log(batch / num_slots) / self.bandwidth) ** 2)
 
     def _fit_one(self, num_slots: int, k: int) -> _Fit:
         # K's fits are stale once K has refit_every new observations, or any new one after refit_every observations
@@ -313,7 +323,7 @@ class StepCostModel:
         y = a + b ln(B_i / B) for y = T and V."""
         batch = rows[:, 0].tolist()
         t, v = self._robust_intercepts(batch, rows[:, 1:3].T.tolist(), num_slots)
-        near = sum(math.exp(-0.5 * (math.log(b / num_slots) / self.bandwidth) ** 2) for b in batch)
+        near = sum(self._nearness(b, num_slots) for b in batch)
         return _Fit(seconds=max(float(t), 1e-6), verify=max(float(v), 0.0), support=near)
 
     def _robust_intercepts(self, batch, ys, num_slots: int) -> np.ndarray:
@@ -330,14 +340,7 @@ class StepCostModel:
         out = []
         for y in ys:
             y = [float(v) for v in y]  # a row of a list or an array
-            order = sorted(range(len(y)), key=y.__getitem__)
-            total, half, cumulative = sum(weight), len(y) - 1, 0.0
-            for rank, i in enumerate(order):  # the weighted median: the first row whose cumulative weight >= half
-                cumulative += weight[i]
-                if cumulative >= 0.5 * total:
-                    half = rank
-                    break
-            center = y[order[half]]
+            center = _weighted_median(y, weight)
             residual = [abs(v - center) for v in y]
             ranked = sorted(residual)
             mid = len(ranked) // 2
