@@ -165,7 +165,10 @@ class AdaptivePolicy(SpeculationPolicy):
     Draft-less admission (`admit`): a request admitted where K = 0 is settled (`prefers_no_drafts`; it also needs
     `admit_min_reaches` verifications of draft position 1 in the worker totals) gets cap 0 for
     its life, so its draft prefill is skipped and a batch of such slots runs no proposer at all. A step holding
-    draft-less slots files no K >= 1 cost (it drafted for fewer slots than T(B, K) assumes).
+    draft-less slots files no K >= 1 cost (it drafted for fewer slots than T(B, K) assumes); so admission probes a
+    settled K = 0 once no K >= 1 cost was filed near the batch size for `probe_after` steps (doubling up to
+    `probe_max` while probes leave it settled): the batch is admitted with drafts and holds the nearest K >= 1 for
+    `probe_hold` steps (_probed).
     """
 
     reads_remaining = True
@@ -175,8 +178,19 @@ class AdaptivePolicy(SpeculationPolicy):
                  explore_every: int = 32, explore_max: int = 256, switch_margin: float = 0.02,
                  admit_min_reaches: int = 64, k_prior_weight: float = 8.0,
                  redecide_every: int = 8, redecide_max: int = 32, confidence: float = 1.0, optimism: bool = False,
-                 settle_costs: int = 6):
+                 settle_costs: int = 6, probe_after: float = 128, probe_max: float = 2048, probe_hold: int = 4):
         super().__init__(num_slots, k_max, pin_sampled=pin_sampled)
+        # probes of a settled K = 0 (_admission_settles): steps without a K >= 1 cost near the batch size before
+        # admission takes drafts again (doubling up to probe_max each time a probe leaves K = 0 settled), and the
+        # steps the probing batch then holds the runner-up K
+        self.probe_after, self.probe_max, self.probe_hold = probe_after, probe_max, probe_hold
+        self.probe_interval = probe_after
+        self.probe: tuple[int, int, int] | None = None  # (B, runner-up K, clock at its start) of the probe under way
+        self.probe_k: int | None = None  # the K a probing batch holds once every live slot may draft
+        self.probe_fresh: set[int] = set()  # the K re-measured since the probe began
+        self.num_probes = 0
+        self.clock = 0  # steps observed
+        self.k_cost_at: dict[int, int] = {}  # B -> the clock of the last K >= 1 cost filed at B
         self.settle_costs = settle_costs  # steady cost observations a neighbour needs before explorations back off
         self.confidence = confidence  # standard errors of optimism on the per-k acceptance (optimistic_prior_by_k)
         self.optimism = optimism  # the choice itself reads the optimistic acceptance (else only the back-off does)
@@ -288,32 +302,60 @@ class AdaptivePolicy(SpeculationPolicy):
         key = (num_slots, None if remaining is None else np.asarray(remaining).tobytes(), float(self.total_reaches[0]),
                sum(self.costs.count.values()))
         if self._admission is None or self._admission[0] != key:
-            self._admission = (key, self.prefers_no_drafts(num_slots, remaining))
+            self._admission = (key, self._probed(num_slots, *self._no_drafts_verdict(num_slots, remaining)))
         return self._admission[1]
 
-    def prefers_no_drafts(self, num_slots: int, remaining: np.ndarray | None = None) -> bool:
-        """K = 0 is settled at batch size num_slots: every K has `need` steady observations, with a summed kernel
-        weight >= 1 at num_slots (the prediction there rests on near observations, not on far ones), and at the
-        worker prior acceptance no K >= 1 comes within `switch_margin` of K = 0's rate. When the batch drains
-        (`remaining` given, more than one slot left), the objective is the one the steps will be chosen by: K = 0
-        drains the batch within `switch_margin` of the fastest K (drain_seconds), the slots as they are (the new
-        ones at the prior). (A settled choice, not the current one: a draft-less request cannot draft
-        later, so neither an exploration nor an extrapolation may make it so.) Both read each K's acceptance at its
-        optimistic bound (optimistic_prior_by_k, `confidence` standard errors up): the choice is irreversible, and
-        on SmolLM2's MTP head at 4 slots the warm-up's verifications read position 1 as 0.54 (0.61 once K = 1 ran),
-        D(1) / D(0) 1.04-1.09 on them: every request was admitted draft-less, where fixed k = 1 is 1.05-1.08x of
-        `none`. And both read each K >= 1's cost at its lower bound (StepCostModel.relative_error, `confidence`
-        standard errors down): T(4, 1) / T(4, 0) read 1.54-1.85 from the warm-up's few K = 1 steps there, 1.42 once
-        paired explorations measured it."""
-        if num_slots < 1 or any(self.costs.count.get(k, 0) < self.need for k in range(self.k_max + 1)):
+    def _probed(self, num_slots: int, settled: bool, runner_up: int) -> bool:
+        """`settled`, unless no K >= 1 cost was filed near num_slots (kernel weight >= 0.5) in the last
+        `probe_interval` steps: then a probe, admission with drafts until one is, and the batch holds the runner-up K
+        for `probe_hold` steps once every live slot may draft (_choose). A batch size whose requests are all draft-less
+        files no K >= 1 cost, so without probes a K = 0 settled on a few noisy warm-up steps is never re-measured
+        (SmolLM2 at 4 slots: T(4, 1) / T(4, 0) read 1.62 from the warm-up, 1.42 once measured; fixed k = 1 ran at
+        1.09x of no drafts). A probe that leaves K = 0 settled doubles the interval (up to `probe_max`); one that
+        ends it returns the interval to `probe_after`."""
+        if not settled:
+            if self.probe is not None:  # the probe's costs (or other evidence) favour drafts
+                self.probe, self.probe_k, self.probe_interval = None, None, self.probe_after
             return False
+        last = max((at for b, at in self.k_cost_at.items() if self.costs.nearness(b, num_slots) >= 0.5), default=0)
+        if self.probe is not None and last > self.probe[2]:  # the probe measured, and K = 0 is still settled
+            self.probe, self.probe_k = None, None
+            self.probe_interval = min(2 * self.probe_interval, self.probe_max)
+        if self.clock - last < self.probe_interval:
+            return True
+        if self.probe is None:
+            self.probe, self.probe_k, self.probe_fresh = (num_slots, runner_up, self.clock), runner_up, set()
+            self.num_probes += 1
+        return False
+
+    def prefers_no_drafts(self, num_slots: int, remaining: np.ndarray | None = None) -> bool:
+        """Whether K = 0 is settled at batch size num_slots (_no_drafts_verdict); admission also probes it
+        (_probed)."""
+        return self._no_drafts_verdict(num_slots, remaining)[0]
+
+    def _no_drafts_verdict(self, num_slots: int, remaining: np.ndarray | None) -> tuple[bool, int]:
+        """(settled, the K >= 1 nearest to K = 0). K = 0 is settled at batch size num_slots: every K has `need` steady
+        observations, with a summed kernel weight >= 1 at num_slots (the prediction there rests on near observations,
+        not on far ones), and at the worker prior acceptance no K >= 1 comes within `switch_margin` of K = 0's rate.
+        When the batch drains (`remaining` given, more than one slot left), the objective is the one the steps will be
+        chosen by: K = 0 drains the batch within `switch_margin` of the fastest K (drain_seconds), the slots as they are
+        (the new ones at the prior). (A settled choice, not the current one: a draft-less request cannot draft later, so
+        neither an exploration nor an extrapolation may make it so.) Both read each K's acceptance at its optimistic
+        bound (optimistic_prior_by_k, `confidence` standard errors up): the choice is irreversible, and on SmolLM2's MTP
+        head at 4 slots the warm-up's verifications read position 1 as 0.54 (0.61 once K = 1 ran), D(1) / D(0) 1.04-1.09
+        on them: every request was admitted draft-less, where fixed k = 1 is 1.05-1.08x of `none`. And both read each
+        K >= 1's cost at its lower bound (StepCostModel.relative_error, `confidence` standard errors down):
+        T(4, 1) / T(4, 0) read 1.54-1.85 from the warm-up's few K = 1 steps there, 1.42 once paired explorations
+        measured it."""
+        if num_slots < 1 or any(self.costs.count.get(k, 0) < self.need for k in range(self.k_max + 1)):
+            return False, 1
         # The acceptance must rest on evidence too: after one request's exploration the Laplace-smoothed totals hold a
         # handful of verifications (SmolLM2's MTP head, held-out P1 = 0.52, read 0.27 from its first ones), and an
         # irreversible K = 0 settled on them left 1.21x unused at batch 1.
         if self.total_reaches[0] < self.admit_min_reaches:
-            return False
+            return False, 1
         if self.costs.support(num_slots, self.k_max).min() < 1.0:
-            return False
+            return False, 1
         # costs at their lower bound too: a K >= 1 seen in a few noisy steps must not settle K = 0 for good
         cheaper = 1.0 - np.minimum(self.confidence * self.costs.relative_error(num_slots, self.k_max), 0.5)
         cheaper[0] = 1.0
@@ -323,12 +365,12 @@ class AdaptivePolicy(SpeculationPolicy):
             # per-step work for its whole drain, which D does not count (the tiny pair at 16 slots: fixed k = 2 at
             # 0.97x of `none`, adaptive admitted with drafts 0.91x)
             drain = self.drain_seconds(live, np.asarray(remaining), self.optimistic_prior_by_k(), cheaper)  # [K + 1]
-            return bool(drain[0] <= (1 + self.switch_margin) * drain[1:].min())
+            return bool(drain[0] <= (1 + self.switch_margin) * drain[1:].min()), 1 + int(np.argmin(drain[1:]))
         # relative costs: while only K = 0 runs, the load may change since K >= 1 was last measured
         seconds = self.costs.predict_relative(num_slots, self.k_max) * cheaper
         gain, _ = self.expected_by_k(self.prior()[None, :], self.optimistic_prior_by_k())
         rates = gain[0] / seconds  # [K + 1]; every slot at the prior: B cancels
-        return bool(rates[0] >= (1 + self.switch_margin) * rates[1:].max())
+        return bool(rates[0] >= (1 + self.switch_margin) * rates[1:].max()), 1 + int(np.argmax(rates[1:]))
 
     # ---- estimates ----
     def observe(self, step: PolicyStep) -> None:
@@ -386,10 +428,19 @@ class AdaptivePolicy(SpeculationPolicy):
 
     def _observe_cost(self, step: PolicyStep) -> None:
         """The previous step's seconds into the cost model, when its cycle held one K."""
+        self.clock += 1
         steady = len(self.recent_k) == 2 and self.recent_k[0] == self.recent_k[1]
         partial = self.recent_k[-1:] != [0] and any(self.recent_draftless)  # drafted for fewer slots than T assumes
         if step.cost is not None and steady and not partial and step.cost.num_slots > 0:
-            self.costs.add(self.recent_k[1], step.cost)
+            k, b = self.recent_k[1], step.cost.num_slots
+            # a probe's first steady step of K replaces K's stale rows near its batch size (_probed)
+            fresh = (k > 0 and self.probe is not None and k not in self.probe_fresh
+                     and self.costs.nearness(b, self.probe[0]) >= 0.5)
+            self.costs.add(k, step.cost, replace_near=fresh)
+            if fresh:
+                self.probe_fresh.add(k)
+            if k > 0:
+                self.k_cost_at[b] = self.clock
 
     # views of the counts (tests, metrics)
     reaches = property(lambda self: self.slot_counts[0])  # [N, K] decayed times position j was reached
@@ -465,7 +516,7 @@ class AdaptivePolicy(SpeculationPolicy):
         (~40 us of a 7 ms step); None otherwise."""
         kept, decision = self._kept, self.decision
         if (kept is None or decision is None or kept[0] != signature or kept[1] is not decision[3]
-                or self.held is not None or decision[1] >= self.keep_period
+                or self.held is not None or self.probe_k is not None or decision[1] >= self.keep_period
                 or self.num_choices + 1 - self.last_explored >= self.explore_interval
                 or any(self.costs.count.get(k, 0) < self.need for k in range(self.k_max + 1))):
             return None
@@ -492,6 +543,8 @@ class AdaptivePolicy(SpeculationPolicy):
             return 0
         self.num_choices += 1
         ready = all(self.costs.count.get(k, 0) >= self.need for k in range(self.k_max + 1))
+        if self.held is None and self.probe_k is not None and not self.draftless[live].any():
+            self.held, self.probe_k = (self.probe_k, self.probe_hold), None  # a probe's measurement (_probed)
         if self.held is None:
             self.held = self._exploration(ready)
         if self.held is not None:

@@ -100,7 +100,12 @@ class StepCostModel:
         # (B, k_max) -> predict's last fits there and its arrays
         self._predicted: dict[tuple[int, int], tuple[tuple, tuple[np.ndarray, np.ndarray], np.ndarray]] = {}
 
-    def add(self, k: int, cost: StepCost) -> None:
+    def add(self, k: int, cost: StepCost, *, replace_near: bool = False) -> None:
+        """One steady observation of K. replace_near: K's rows near its batch size (kernel weight >= 0.5) are
+        dropped first, the observation taking their place (a probe's re-measurement of a stale K, AdaptivePolicy)."""
+        if replace_near and k in self.samples:
+            self.samples[k] = [row for row in self.samples[k] if self.nearness(row[0], cost.num_slots) < 0.5]
+            self._unfitted[k] = max(self._unfitted.get(k, 0), self.refit_every)  # its cached fits are stale
         reference = cost.seconds if k == 0 else self._k0_now(cost.num_slots)
         partner, ratio = self._pair(k, cost)
         row = (cost.num_slots, cost.seconds, cost.verify_seconds, reference, partner, ratio)
@@ -214,7 +219,7 @@ class StepCostModel:
             rows = [(row[0], row[5]) for row in self.samples[lo] if row[4] == hi and math.isfinite(row[5])]
             rows += [(row[0], 1.0 / row[5]) for row in self.samples[hi]
                      if row[4] == lo and math.isfinite(row[5]) and row[5] > 0]
-            near = sum(self._nearness(b_, num_slots) for b_, _ in rows)
+            near = sum(self.nearness(b_, num_slots) for b_, _ in rows)
             self._cached[key] = float("nan")
             if near >= self.pair_support:
                 self._cached[key] = float(self._robust_intercepts([r[0] for r in rows], [[r[1] for r in rows]],
@@ -280,12 +285,12 @@ class StepCostModel:
         for k in range(k_max + 1):
             fit = self._fit_one(num_slots, k)
             rows = self.samples[k]
-            weight = [self._nearness(row[0], num_slots) + 1e-6 for row in rows]
+            weight = [self.nearness(row[0], num_slots) + 1e-6 for row in rows]
             median = _weighted_median([abs(row[1] / fit.seconds - 1.0) for row in rows], weight)
             out[k] = 1.4826 * median / math.sqrt(max(fit.support, 1.0))
         return out
 
-    def _nearness(self, batch: float, num_slots: int) -> float:
+    def nearness(self, batch: float, num_slots: int) -> float:
         """The kernel weight of an observation at batch size `batch` for a prediction at num_slots:
         exp(-ln(batch / num_slots)^2 / (2 bandwidth^2))."""
         return math.exp(-0.5 * (math.log(batch / num_slots) / self.bandwidth) ** 2)
@@ -323,7 +328,7 @@ class StepCostModel:
         y = a + b ln(B_i / B) for y = T and V."""
         batch = rows[:, 0].tolist()
         t, v = self._robust_intercepts(batch, rows[:, 1:3].T.tolist(), num_slots)
-        near = sum(self._nearness(b, num_slots) for b in batch)
+        near = sum(self.nearness(b, num_slots) for b in batch)
         return _Fit(seconds=max(float(t), 1e-6), verify=max(float(v), 0.0), support=near)
 
     def _robust_intercepts(self, batch, ys, num_slots: int) -> np.ndarray:

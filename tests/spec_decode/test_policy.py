@@ -504,8 +504,8 @@ def test_adaptive_admissions_of_one_step_share_one_decision(monkeypatch):
     it was 12 ms a batch of 64), and decides afresh after the next choose or on new evidence."""
     policy = _tied_at(16, 0.015)
     calls = []
-    decide = policy.prefers_no_drafts
-    monkeypatch.setattr(policy, "prefers_no_drafts", lambda *a: (calls.append(a), decide(*a))[1])
+    decide = policy._no_drafts_verdict
+    monkeypatch.setattr(policy, "_no_drafts_verdict", lambda *a: (calls.append(a), decide(*a))[1])
     remaining = np.full(16, 96)
     for slot in range(16):
         policy.on_insert(slot, _request())

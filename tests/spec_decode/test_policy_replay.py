@@ -10,6 +10,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from specworker.slot_request import SlotRequest
 from specworker.spec_decode.policy import AdaptivePolicy, PolicyStep
 from specworker.spec_decode.step_cost_model import StepCost
 
@@ -188,3 +189,68 @@ def test_own_fits_lose_when_the_load_drifts():
     ratio, best = adaptive_vs_best_fixed(16, LOW, dispatch_bound, drift=0.02, pair_support=float("inf"),
                                          rescale_beyond=float("inf"))
     assert ratio < 0.93, f"adaptive = {ratio:.3f}x of fixed K = {best}"
+
+
+def _admitted(policy, batch, tokens_each):
+    """A closed batch of `batch` new requests, admitted as the worker admits them (the remaining tokens known)."""
+    for slot in range(batch):
+        policy.on_insert(slot, SlotRequest(req_id=f"r{slot}", prompt_token_ids=[1, 2], max_tokens=tokens_each))
+        policy.admit(slot, batch, np.full(batch, tokens_each))
+
+
+def mtp_at_4(batch: int, k: int, drafts: int) -> float:  # SmolLM2's MTP head on this CPU, about: T(4, 1) = 1.36 T(4, 0)
+    return 0.05 + 0.007 * batch + k * (0.02 + 0.0005 * batch)
+
+
+@pytest.mark.parametrize("probe_after", [128, float("inf")], ids=["probes", "no_probes"])
+def test_adaptive_re_measures_a_draftless_batch_size(probe_after):
+    """Closed batches of 4 requests (64 tokens each) after a warm-up batch whose K >= 1 steps cost 1.8x (a load spike
+    while they ran: SmolLM2 at 4 slots read T(4, 1) / T(4, 0) 1.62 from its warm-up, 1.42 once measured): admission
+    settles K = 0 on that evidence, and a batch size whose requests are all draft-less files no K >= 1 cost. Probes
+    (`probe_after` steps without one) admit a batch with drafts and hold K = 1 for a few steps: K = 1 is measured at
+    its true cost, and the batches after it draft (>= 0.97x of fixed K = 1 over the last four). Without probes every
+    batch stays draft-less (no drafts: ~0.87x of fixed K = 1)."""
+    accept = (0.65, 0.6, 0.55)
+    batches = 10
+    fixed = {k: np.mean([replay(lambda step, k=k: k, 4, accept, mtp_at_4, s, 64) for s in range(6, batches)])
+             for k in range(K_MAX + 1)}
+    policy = AdaptivePolicy(4, K_MAX, probe_after=probe_after)
+    spiked = lambda b, k, d: mtp_at_4(b, k, d) * (1.8 if k else 1.0)  # noqa: E731
+    for s in range(3):
+        _admitted(policy, 4, 64)
+        replay(policy.choose, 4, accept, spiked, 100 + s, 64, policy)
+    rates, draftless = [], []
+    for s in range(batches):
+        before = policy.num_draftless
+        _admitted(policy, 4, 64)
+        draftless.append(policy.num_draftless - before)
+        rates.append(replay(policy.choose, 4, accept, mtp_at_4, s, 64, policy))
+    best = max(fixed, key=fixed.get)
+    ratio = np.mean(rates[6:]) / fixed[best]
+    if probe_after == float("inf"):
+        assert draftless == [4] * batches and ratio < 0.9, (draftless, ratio)
+    else:
+        assert policy.num_probes >= 1 and draftless[6:] == [0] * 4 and ratio >= 0.97, (draftless, ratio, best)
+
+
+def test_probes_cost_little_where_no_drafts_is_right():
+    """Where K = 0 is right (16 dispatch-bound slots at LOW acceptance: fixed K = 1 is 0.91x of it), the probes that
+    re-measure a draft-less batch size (probe_after 128 steps, doubling) cost ~1%: >= 0.98x of fixed K = 0 over ten
+    closed batches of 64 tokens, on three seed sets (0.988-0.990 measured; 0.998-1.0 without probes). A probe at every
+    batch (probe_after 1) fails it (0.957: each probe batch pays its hold and the explorations of a drafting batch)."""
+    def adaptive_over_none(seed0, **kw):
+        policy = AdaptivePolicy(16, K_MAX, **kw)
+        for s in range(2):
+            _admitted(policy, 16, 64)
+            replay(policy.choose, 16, LOW, dispatch_bound, 100 + s + seed0, 64, policy)
+        rates = []
+        for s in range(10):
+            _admitted(policy, 16, 64)
+            rates.append(replay(policy.choose, 16, LOW, dispatch_bound, s + seed0, 64, policy))
+        none = np.mean([replay(lambda step: 0, 16, LOW, dispatch_bound, s + seed0, 64) for s in range(10)])
+        return np.mean(rates) / none, policy.num_probes
+    for seed0 in (0, 20, 40):
+        ratio, probes = adaptive_over_none(seed0)
+        assert probes >= 1 and ratio >= 0.98, (seed0, ratio, probes)
+    ratio, probes = adaptive_over_none(0, probe_after=1, probe_max=1)
+    assert ratio < 0.98, (ratio, probes)
