@@ -28,15 +28,16 @@
 //      block computes a chunk, never how.
 //   3. CombineKernel: one block per (packed row, head); rows with chunks 0 .. p / 128 (more than one)
 //      merge their chunk states in chunk order; rows that cannot be computed get zeros.
-// Two launches (sm_90, a stream of the caller's own, at most 384 chunk blocks, not fused): ChunkKernel<..., true>
+// Two launches (sm_90, a stream of the caller's own, 192 .. 384 chunk blocks, not fused): ChunkKernel<..., true>
 // without clusters (the append and this step's keys as in the fused launch below; no chunk merge), then
 // CombineKernel.
-// Fused launch (sm_90, a stream of the caller's own, 9 .. 16 splits and at most 768 blocks: small batch, long
-// history): ChunkKernel<..., true> alone, its S splits of a query tile one thread-block cluster. Block (t, kv head,
-// head group 0, split 0) appends row t's k, v of its kv head; split 0 zeroes row t's heads if no computed query
-// tile holds it; this step's keys are read from k, v (the values the append writes); after the chunks, a tile of
-// several chunks waits on the cluster barrier and its S blocks share the chunk merge (CombineKernel's arithmetic in
-// chunk order, each (row, head, column) by one thread: the same bits whichever block finished last).
+// Fused launch (sm_90, a stream of the caller's own, head_dim <= 64, 9 .. 16 splits and 65 .. 192 blocks: small
+// batch, long history, a few rows a slot): ChunkKernel<..., true> alone, its S splits of a query tile one
+// thread-block cluster. Block (t, kv head, head group 0, split 0) appends row t's k, v of its kv head; split 0
+// zeroes row t's heads if no computed query tile holds it; this step's keys are read from k, v (the values the
+// append writes); after the chunks, a tile of several chunks waits on the cluster barrier and its S blocks share the
+// chunk merge (CombineKernel's arithmetic in chunk order, each (row, head, column) by one thread: the same bits
+// whichever block finished last).
 // Batch invariance: a row's arithmetic is fixed by its position p, its q and its slot's keys: chunk and
 // tile edges sit at fixed key indices, a warp's keys are fixed by the key index, the MMA's output row
 // depends on its own A row only, masked keys (past p, or zero-filled past the tile's keys) add exact
@@ -79,13 +80,23 @@ constexpr int kMaxGrid = 65535;
 constexpr int kCombinePre = 16;  // chunk states per column that CombineKernel reads ahead
 constexpr int kTargetBlocks = 1056;              // about 8 blocks per SM of an H100 / H200
 constexpr int64_t kWaves = 2;                    // three / two launches: chunk blocks of about two waves
-// The fused launch (sm_90) where it measured faster than three launches on an H200: 9 .. 16 splits (one cluster
-// of blocks, non-portable past 8) and at most kFusedMaxBlocks blocks (about two waves of head_dim-128 blocks).
+// The fused launch (sm_90) where it measured faster than the other paths: head_dim <= 64, 9 .. 16 splits (one
+// cluster of blocks, non-portable past 8) and more than kFusedMinBlocks, at most kFusedMaxBlocks blocks (SmolLM2
+// ctx 2048 batch 1, 4 rows a slot: 192 blocks). H100 (issue22i): head_dim 128 lost (Llama ctx 2048 batch 1:
+// 11.5 us fused, 10.1 three launches), and so did 384 blocks (SmolLM2 ctx 2048 batch 8: 12.2 fused, 10.7 two
+// launches) and 48 (SmolLM2 ctx 2048 batch 1: 8.0-8.3 fused, 7.9 three launches).
 constexpr int kFusedMinSplits = 9;
 constexpr int kMaxCluster = 16;
-constexpr int64_t kFusedMaxBlocks = 768;
-// The two-launch path (sm_90, not fused) where it measured faster than three launches on an H200: grids of at most
-// this many chunk blocks (SmolLM2 ctx 512 batch 32: 11.5 -> 10.1 us; larger grids lost up to 15%).
+constexpr int kFusedMaxHeadDim = 64;
+constexpr int64_t kFusedMinBlocks = 64;
+constexpr int64_t kFusedMaxBlocks = 192;
+// The two-launch path (sm_90, not fused) where it measured faster than three launches: grids of kTwoLaunchMinBlocks
+// .. kTwoLaunchMaxBlocks chunk blocks (H200: SmolLM2 ctx 512 batch 32: 11.5 -> 10.1 us; larger grids lost up to
+// 15%; H100: Llama ctx 512 batch 8, 256 blocks: 13.3 -> 11.9). Below that, on an H100, three launches ran about 2%
+// faster where splits >= 9 (decode at ctx 2048, batch 1: Llama, 128 blocks: 10.3 -> 10.1 us; SmolLM2, 48: 8.0 ->
+// 7.9) and 1-3.5% slower at ctx 512 (SmolLM2 batch 8 decode, 96 blocks: 7.9 -> 8.0-8.2 us; batch 1 verify, 48:
+// 7.7 -> 7.9).
+constexpr int64_t kTwoLaunchMinBlocks = 192;
 constexpr int64_t kTwoLaunchMaxBlocks = 384;
 constexpr int kStages = 2;  // tiles in the cp.async ring
 
@@ -874,7 +885,8 @@ extern "C" int specworker_paged_attention_bf16_launch(
   // cluster per query tile); else three launches, the path the GPU tests compare the fused one with (same bits).
   const bool pdl = major >= 9 && stream != nullptr && stream != cudaStreamLegacy && stream != cudaStreamPerThread;
   const int max_cluster = dp < 256 ? kMaxCluster : 8;  // head_dim 256: one block per SM, 8 per cluster (portable)
-  const bool fused = pdl && splits >= kFusedMinSplits && splits <= max_cluster && units * splits <= kFusedMaxBlocks;
+  const bool fused = pdl && dp <= kFusedMaxHeadDim && splits >= kFusedMinSplits && splits <= max_cluster &&
+                     units * splits > kFusedMinBlocks && units * splits <= kFusedMaxBlocks;
   bool two_launches = false;
   if (!fused) {
     // About kWaves waves of the three-launch chunk kernel's resident blocks, counting the query tiles with work (fewer,
@@ -885,7 +897,7 @@ extern "C" int specworker_paged_attention_bf16_launch(
     if (err != cudaSuccess) return static_cast<int>(err);
     const int per_sm = vec ? ChunkBlocksPerSmFor<true>(dp) : ChunkBlocksPerSmFor<false>(dp);
     if (per_sm > 0) splits = clamp_splits(kWaves * per_sm * sms / work_units);
-    two_launches = pdl && units * splits <= kTwoLaunchMaxBlocks;
+    two_launches = pdl && units * splits >= kTwoLaunchMinBlocks && units * splits <= kTwoLaunchMaxBlocks;
   }
 
   const Params a{block_tables, cu_seqlens_q, seq_lens_decoder, seq_lens_this_time, batch_id_per_token, bsz,
