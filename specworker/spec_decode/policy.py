@@ -516,7 +516,7 @@ class AdaptivePolicy(SpeculationPolicy):
         (~40 us of a 7 ms step); None otherwise."""
         kept, decision = self._kept, self.decision
         if (kept is None or decision is None or kept[0] != signature or kept[1] is not decision[3]
-                or self.held is not None or self.probe_k is not None or decision[1] >= self.keep_period
+                or self.held is not None or decision[1] >= self.keep_period
                 or self.num_choices + 1 - self.last_explored >= self.explore_interval
                 or any(self.costs.count.get(k, 0) < self.need for k in range(self.k_max + 1))):
             return None
@@ -544,7 +544,9 @@ class AdaptivePolicy(SpeculationPolicy):
         self.num_choices += 1
         ready = all(self.costs.count.get(k, 0) >= self.need for k in range(self.k_max + 1))
         if self.held is None and self.probe_k is not None and not self.draftless[live].any():
-            self.held, self.probe_k = (self.probe_k, self.probe_hold), None  # a probe's measurement (_probed)
+            # a probe's measurement (_probed), once no live slot is draft-less: the live slots or the draft-less flags
+            # change on the way there, and so the signature a kept decision needs (_kept_choice)
+            self.held, self.probe_k = (self.probe_k, self.probe_hold), None
         if self.held is None:
             self.held = self._exploration(ready)
         if self.held is not None:

@@ -537,6 +537,35 @@ def test_adaptive_draftless_flag_follows_the_slot_moves():
     assert not policy.draftless.any() and (policy.cap == 2).all()
 
 
+def test_adaptive_probes_a_settled_k0_once_no_k_cost_is_recent():
+    """Admission probes a settled K = 0 (AdaptivePolicy._probed) once no K >= 1 cost was filed near the batch size for
+    `probe_after` steps: the step's requests are admitted with drafts (one probe), the batch then holds the runner-up
+    K = 1 for `probe_hold` steps, whose first steady step replaces K = 1's old rows at that batch size, and the next
+    admission decides on the fresh costs: still K = 0 (K = 1 now costs 2.5x a step), so draft-less, and the interval
+    doubles."""
+    policy = _settled_at(8, n=8)
+    policy.clock = policy.probe_after  # no K >= 1 cost filed for probe_after steps
+    for slot in range(8):
+        policy.on_insert(slot, _request())
+        assert policy.admit(slot, 8) and not policy.draftless[slot]
+    assert policy.num_probes == 1 and policy.probe_k == 1 and policy.probe[:2] == (8, 1)
+    ks, live = [], [True] * 8
+    for _ in range(policy.probe_hold + 2):
+        k = policy.last_k
+        cost = _cost(8, 8 * k, k, 0.01 * (1 + 1.5 * k))  # K = 1 at 25 ms now (20 in the rows it replaces)
+        ks.append(int(policy.choose(_step(live, drafted=[k] * 8, emitted=[1] * 8, cost=cost)).max()))
+    assert ks[:policy.probe_hold] == [1] * policy.probe_hold and policy.held is None
+    assert [row[1] for row in policy.costs.samples[1]] == [0.025] * (policy.probe_hold - 1)  # old rows replaced
+    policy.on_clear(0)
+    policy.on_insert(0, _request())
+    assert not policy.admit(0, 8) and policy.draftless[0]
+    assert policy.probe is None and policy.probe_interval == 2 * policy.probe_after and policy.num_probes == 1
+    fresh = _settled_at(8, n=8)  # K >= 1 costs recent enough: no probe
+    fresh.clock = fresh.probe_after - 1
+    fresh.on_insert(0, _request())
+    assert not fresh.admit(0, 8) and fresh.num_probes == 0
+
+
 def test_adaptive_with_only_draftless_slots_chooses_nothing_and_files_only_k0():
     """A batch whose live slots are all draft-less: k_b = 0 everywhere, no exploration (the hold would draft
     nothing), and its steps file K = 0 costs; a batch mixing draft-less and drafting slots files no K >= 1 cost
