@@ -202,55 +202,51 @@ def _capture(case, s, workspace_fill=None):
     return rc, graph, arrays
 
 
-# A verify slot at dec = 128 nc - 137 and a decode slot at dec / 2 (Llama-3-8B heads, block 64, no padding rows):
-# 2 nc table columns, so nc chunks of 128 and, with T_cap = 5, nc splits. On sm_90 and a stream of the caller's own,
+# A verify slot at dec = 128 nc - 137 and a decode slot at dec / 2 (block 64, no padding rows): 2 nc table columns,
+# so nc chunks of 128 and, with T_cap = 5, nc splits. On sm_90 and a stream of the caller's own: Llama-3-8B heads,
 # nc = 5 .. 9 take two launches (200 .. 360 chunk blocks), the others three (head_dim 128 never takes the fused
-# launch; the SmolLM2 test below does).
-@pytest.mark.parametrize("nc", range(2, 19))
-def test_paged_attention_bf16_cuda_own_stream_same_bits_at_every_split_count(nc):
-    """On a stream of the caller's own (sm_90: programmatic launches, and the fused launch of append, chunks and the
-    chunk merge by the tile's cluster for 9..16 splits) the output and caches are the bits of the three plain
-    launches (default stream), at every split count from 2 to 18. The fused merge runs in chunk order whichever
-    block of the cluster finishes last."""
-    rng = np.random.default_rng(100 + nc)
+# launch); SmolLM2 heads (head_dim 64, 15 chunk blocks a split), nc = 9 .. 12 take the fused launch (135 .. 180
+# blocks, a cluster of nc blocks per query tile), 13 .. 16 two launches.
+SPLIT_CASES = [("llama", nc) for nc in range(2, 19)] + [("smollm2", nc) for nc in range(9, 17)]
+SPLIT_MODELS = {"llama": (100, (32, 8), 128), "smollm2": (200, (9, 3), 64)}  # seed base, heads, head_dim
+
+
+@pytest.mark.parametrize("model,nc", SPLIT_CASES)
+def test_paged_attention_bf16_cuda_own_stream_same_bits_at_every_split_count(model, nc):
+    """On a stream of the caller's own (sm_90: programmatic launches, two launches, or the fused launch of append,
+    chunks and the chunk merge by the tile's cluster) the output and caches are the bits of the three plain launches
+    (default stream), verify and decode rows over nc chunks. The fused merge runs in chunk order whichever block of
+    the cluster finishes last."""
+    seed, heads, head_dim = SPLIT_MODELS[model]
+    rng = np.random.default_rng(seed + nc)
     dec = 128 * nc - 137
-    case = pack_case(rng, _slots(rng, [(dec, 4), (dec // 2, 1)], (32, 8), 128), 64, pad_rows=0, garbage="nan",
+    case = pack_case(rng, _slots(rng, [(dec, 4), (dec // 2, 1)], heads, head_dim), 64, pad_rows=0, garbage="nan",
                      dtype="bfloat16")
     assert case.block_tables.shape[1] == 2 * nc
     want = run_cuda(case, "bfloat16")
     got = _on_stream(case, cp.cuda.Stream(non_blocking=True))
     for name, x, y in zip(("out", "key_cache", "value_cache"), want, got):
-        assert np.array_equal(x, y, equal_nan=True), f"nc {nc}: {name}"
+        assert np.array_equal(x, y, equal_nan=True), f"{model} nc {nc}: {name}"
     check_against_reference(got, case, TOL)
 
 
-# The same with SmolLM2 heads (head_dim 64, T_cap 5: 15 chunk blocks a split): on sm_90 and a stream of the caller's
-# own, nc = 9 .. 12 take the fused launch (135 .. 180 blocks, a cluster of nc blocks per query tile), 13 .. 16 two.
-@pytest.mark.parametrize("nc", range(9, 17))
-def test_paged_attention_bf16_cuda_fused_launch_same_bits_at_every_split_count(nc):
-    """On a stream of the caller's own, the fused launch (sm_90: append, chunks and the cluster's chunk merge in one
-    launch) and the two launches give the bits of the three plain launches (default stream), verify and decode
-    rows over nc chunks."""
-    rng = np.random.default_rng(200 + nc)
-    dec = 128 * nc - 137
-    case = pack_case(rng, _slots(rng, [(dec, 4), (dec // 2, 1)], (9, 3), 64), 64, pad_rows=0, garbage="nan",
+# Two graphs on a stream of their own (SmolLM2 heads; verify, decode, a stopped slot, a prefill across the chunk edge
+# 128): T_cap 7 over 9 chunks, 9 splits of 21 blocks, on sm_90 the fused launch; T_cap 17 over 13 chunks, 13 splits,
+# three launches since issue22i (query tiles whose rows read this step's keys of an earlier tile).
+GRAPH_CASES = {"fused": (32, [(1000, 3), (129, 1), (0, 0), (126, 3)], 7),
+               "three_launches": (31, [(1000, 4), (129, 1), (0, 0), (124, 8), (1500, 1)], None)}
+
+
+@pytest.mark.parametrize("name", GRAPH_CASES)
+def test_paged_attention_bf16_cuda_graph_replays_same_bits(name):
+    """A graph captured on a stream of its own and replayed 5 times gives the three launches' bits (default stream)
+    every time: the append writes the same cache rows again, and the workspace is not assumed clean."""
+    seed, slots, rows = GRAPH_CASES[name]
+    rng = np.random.default_rng(seed)
+    case = pack_case(rng, _slots(rng, slots, (9, 3), 64), 64, pad_rows=0 if rows else 3, garbage="nan",
                      dtype="bfloat16")
-    assert case.block_tables.shape[1] == 2 * nc
-    want = run_cuda(case, "bfloat16")
-    got = _on_stream(case, cp.cuda.Stream(non_blocking=True))
-    for name, x, y in zip(("out", "key_cache", "value_cache"), want, got):
-        assert np.array_equal(x, y, equal_nan=True), f"nc {nc}: {name}"
-    check_against_reference(got, case, TOL)
-
-
-def test_paged_attention_bf16_cuda_fused_launch_graph_replays_same_bits():
-    """A graph of the fused launch (sm_90: SmolLM2 heads, T_cap 7, 9 chunks, so 9 splits of 21 blocks) replayed 5
-    times gives the three launches' bits every time (the append writes the same cache rows again; the workspace is
-    not assumed clean): verify, decode, a stopped slot, a prefill across the chunk edge 128."""
-    rng = np.random.default_rng(32)
-    case = pack_case(rng, _slots(rng, [(1000, 3), (129, 1), (0, 0), (126, 3)], (9, 3), 64), 64, pad_rows=0,
-                     garbage="nan", dtype="bfloat16")
-    assert case.q.shape[0] == 7 and case.block_tables.shape[1] == 18  # 9 chunks
+    if rows:
+        assert case.q.shape[0] == rows and case.block_tables.shape[1] == 18  # 9 chunks
     want = run_cuda(case, "bfloat16")
     s = cp.cuda.Stream(non_blocking=True)
     if not hasattr(s, "begin_capture"):
@@ -263,35 +259,9 @@ def test_paged_attention_bf16_cuda_fused_launch_graph_replays_same_bits():
         s.synchronize()
         out = (cp.asnumpy(arrays["out"]).astype(np.uint32) << 16).view(np.float32)
         assert np.array_equal(out, want[0], equal_nan=True), f"replay {i}"
-    for name, i in (("key_cache", 1), ("value_cache", 2)):
-        got = (cp.asnumpy(arrays[name]).astype(np.uint32) << 16).view(np.float32)
-        assert np.array_equal(got, want[i], equal_nan=True), name
-
-
-def test_paged_attention_bf16_cuda_fused_graph_replays_same_bits():
-    """A graph captured on a stream of its own (SmolLM2 heads, T_cap 17, 13 chunks, so 13 splits: on sm_90 three
-    launches since issue22i; the fused launch's graph is the test above) and replayed 5 times gives the three
-    launches' bits every time (the append writes the same cache rows again; the workspace is not assumed clean):
-    verify, decode, a stopped slot, a prefill across the chunk edge 128 (query tiles whose rows read this step's keys
-    of an earlier tile)."""
-    rng = np.random.default_rng(31)
-    case = pack_case(rng, _slots(rng, [(1000, 4), (129, 1), (0, 0), (124, 8), (1500, 1)], (9, 3), 64), 64,
-                     garbage="nan", dtype="bfloat16")
-    want = run_cuda(case, "bfloat16")
-    s = cp.cuda.Stream(non_blocking=True)
-    if not hasattr(s, "begin_capture"):
-        pytest.skip("this CuPy has no stream capture (cupy.cuda.Stream.begin_capture)")
-    rc, graph, arrays = _capture(case, s, workspace_fill=np.nan)
-    assert rc == CUDA_SUCCESS
-    for i in range(5):
-        arrays["out"].fill(0xFFFF)
-        graph.launch(s)
-        s.synchronize()
-        out = (cp.asnumpy(arrays["out"]).astype(np.uint32) << 16).view(np.float32)
-        assert np.array_equal(out, want[0], equal_nan=True), f"replay {i}"
-    for name, i in (("key_cache", 1), ("value_cache", 2)):
-        got = (cp.asnumpy(arrays[name]).astype(np.uint32) << 16).view(np.float32)
-        assert np.array_equal(got, want[i], equal_nan=True), name
+    for buffer, i in (("key_cache", 1), ("value_cache", 2)):
+        got = (cp.asnumpy(arrays[buffer]).astype(np.uint32) << 16).view(np.float32)
+        assert np.array_equal(got, want[i], equal_nan=True), f"{name}: {buffer}"
 
 
 def test_paged_attention_bf16_cuda_rejects_small_workspace():
