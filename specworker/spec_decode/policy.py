@@ -213,6 +213,7 @@ class AdaptivePolicy(SpeculationPolicy):
         self.explored = False  # a neighbour exploration ended since the last exploitation choice
         self.kept_k = k_max  # the K exploitation last chose (switching away needs a margin)
         self._slot_counts = np.zeros((2, num_slots, k_max))  # [reaches, successes][N, K] decayed, per position j
+        self._slot_raw = np.zeros((2, num_slots, k_max))  # the same, not decayed: the request's whole evidence
         self._totals = np.zeros((2, k_max))  # [reaches, successes][K]: worker totals (the prior)
         self._k_totals = np.zeros((2, k_max, k_max))  # [.., k - 1, j]: worker totals of steps after one allowed k
         self._queued: list[tuple] = []  # steps observed but not counted yet (_flush)
@@ -225,7 +226,8 @@ class AdaptivePolicy(SpeculationPolicy):
         self._one_hot = np.eye(k_max + 1)[1:]  # [K, K + 1]: column k_b selects row k_b - 1 (k_b = 0: none)
         self._below_k = (np.arange(k_max)[None, :] < np.arange(k_max + 1)[:, None]).astype(np.float64)  # [K + 1, K]
         self.costs = StepCostModel()
-        self.profiles: list[np.ndarray] = []  # [K] raw acceptance of recent finished requests (population_spread)
+        # [2, K] (reaches, successes) of recent finished requests over their whole life (population_spread)
+        self.profiles: list[np.ndarray] = []
         self.profile_window, self.profile_min_reaches = 128, 3.0
         self._spread: np.ndarray | None = None
         self.allowed = np.zeros(num_slots, dtype=np.int64)  # [N] k_b of the step being verified next (0: not decoding)
@@ -244,23 +246,42 @@ class AdaptivePolicy(SpeculationPolicy):
         self._reset(slot)
 
     def on_clear(self, slot: int) -> None:
-        reaches, successes = self.slot_counts[:, slot]  # [K] each: the finished request's own evidence
-        if reaches[0] >= self.profile_min_reaches:
-            own = np.where(reaches > 0, successes / np.maximum(reaches, 1e-12), 0.0)
-            self.profiles = (self.profiles + [own])[-self.profile_window:]
+        evidence = self.slot_raw[:, slot]  # [2, K] (reaches, successes): the finished request's whole evidence
+        if evidence[0, 0] >= self.profile_min_reaches:
+            self.profiles = (self.profiles + [evidence.copy()])[-self.profile_window:]
             self._spread = None
         super().on_clear(slot)
         self._reset(slot)
 
     def population_spread(self) -> np.ndarray:
-        """[K + 1] the standard deviation over the last `profile_window` finished requests of E(K), each from its
-        own acceptance (raw counts, decayed as the slot's were): how far apart requests are (an n-gram lookup finds
-        a lot in one prompt and nothing in another). 0 until two requests are known."""
+        """[K + 1] how far apart requests are (an n-gram lookup finds a lot in one prompt and nothing in another): the
+        standard deviation of E(K) over the last `profile_window` finished requests, each from its own acceptance
+        (its counts over its whole life, not decayed), less what sampling noise alone would spread them by. Per request,
+        position j reads s_j / n_j (the worker prior where it was never reached, not 0), with the binomial noise
+        variance a_j (1 - a_j) / max(n_j, 1), carried to E(K) by its derivative; the spread is sqrt(max(Var(E) - mean noise,
+        0)). On a replay where every request accepts 0.5 / 0.4 / 0.3, raw ratios (and 0 for unreached positions)
+        read E(1) 0.12 apart, and the drain then put the slowest slot so late that K = 0 won where fixed K = 1
+        drains 7% sooner. 0 until two requests are known; recomputed when one is filed."""
         if self._spread is None:
             if len(self.profiles) < 2:
                 self._spread = np.zeros(self.k_max + 1)
             else:
-                self._spread = expected_tokens(np.array(self.profiles)).std(axis=0)
+                counts = np.array(self.profiles)  # [R, 2, K]
+                reaches, successes = counts[:, 0], counts[:, 1]
+                own = np.where(reaches > 0, successes / np.maximum(reaches, 1e-12), self.prior())  # [R, K]
+                noise = own * (1.0 - own) / np.maximum(reaches, 1.0)  # [R, K] variance of each a_j
+                # dE(K)/da_j = sum over i = j .. K - 1 of prod_{l <= i, l != j} a_l
+                k = self.k_max
+                grad = np.zeros((len(own), k + 1, k))
+                for j in range(k):
+                    without = own.copy()
+                    without[:, j] = 1.0
+                    reach = np.cumprod(without, axis=1)  # [R, K]: prod_{l <= i, l != j} a_l
+                    for kk in range(j + 1, k + 1):
+                        grad[:, kk, j] = reach[:, j:kk].sum(axis=1)
+                noise_e = (grad ** 2 * noise[:, None, :]).sum(axis=2)  # [R, K + 1]
+                spread = expected_tokens(own).var(axis=0) - noise_e.mean(axis=0)
+                self._spread = np.sqrt(np.maximum(spread, 0.0))
         return self._spread
 
     def on_swap(self, i: int, j: int) -> None:
@@ -269,6 +290,7 @@ class AdaptivePolicy(SpeculationPolicy):
         for a in (self.allowed, self.prev_allowed, self.draftless):
             a[[i, j]] = a[[j, i]]
         self.slot_counts[:, [i, j]] = self.slot_counts[:, [j, i]]
+        self.slot_raw[:, [i, j]] = self.slot_raw[:, [j, i]]
 
     def on_move(self, src: int, dst: int) -> None:
         super().on_move(src, dst)
@@ -276,11 +298,13 @@ class AdaptivePolicy(SpeculationPolicy):
         for a in (self.allowed, self.prev_allowed, self.draftless):
             a[dst] = a[src]
         self.slot_counts[:, dst] = self.slot_counts[:, src]
+        self.slot_raw[:, dst] = self.slot_raw[:, src]
         self._reset(src)
 
     def _reset(self, slot: int) -> None:
         self.decision = None
         self.slot_counts[:, slot] = 0.0
+        self.slot_raw[:, slot] = 0.0
         self.allowed[slot] = 0
         self.prev_allowed[slot] = 0
         self.draftless[slot] = False
@@ -416,9 +440,11 @@ class AdaptivePolicy(SpeculationPolicy):
         later = np.cumprod((1.0,) + factors[:0:-1])[::-1]  # [S]: the decay each step's counts get after it
         self._slot_counts *= later[0] * factors[0]
         self._slot_counts += np.tensordot(later, counts, axes=(0, 1)).reshape(2, n, k)
+        self._slot_raw += counts.sum(axis=1).reshape(2, n, k)
 
     # the counts, with the queued steps counted (read and written by tests and metrics)
     slot_counts = property(lambda self: self._flushed(self._slot_counts))  # [reaches, successes][N, K] decayed
+    slot_raw = property(lambda self: self._flushed(self._slot_raw))  # [reaches, successes][N, K] not decayed
     totals = property(lambda self: self._flushed(self._totals))  # [reaches, successes][K]: worker totals (the prior)
     k_totals = property(lambda self: self._flushed(self._k_totals))  # [.., k - 1, j]: totals of steps after k
 

@@ -655,21 +655,26 @@ def test_adaptive_counts_queued_steps_as_if_counted_at_once():
 
 
 def test_adaptive_records_finished_requests_and_their_spread_slows_a_drafted_drain():
-    """on_clear files the request's own acceptance when it has >= 3 verifications of position 1; the spread of E(K)
-    over those requests is how far apart requests are, and it lengthens a drain that drafts (the slowest slot is
-    likely one that accepts little) while K = 0 needs exactly R steps whatever the acceptance."""
+    """on_clear files the request's own counts (over its whole life) when it has >= 3 verifications of position 1;
+    the spread of E(K) over those requests, less the binomial noise of each request's ratios, is how far apart
+    requests are, and it lengthens a drain that drafts (the slowest slot is likely one that accepts little) while
+    K = 0 needs exactly R steps whatever the acceptance. Two requests at 0.9 / 0.9 and 0 / 0 (10 and 9 verifications):
+    E(1) 1.9 and 1.0, variance 0.2025 less half of 0.9 x 0.1 / 10; E(2) 2.71 and 1.0, variance 0.731025 less half of
+    1.9^2 x 0.009 + 0.9^2 x 0.01."""
     policy = AdaptivePolicy(4, 2)
     policy.costs = SyntheticCostModel(lambda b, k: 0.01 * (1 + 0.1 * k), k_max=2, ready=True)
     live, left = np.ones(4, dtype=bool), np.full(4, 60)
     before = policy.drain_seconds(live, left)
-    policy.slot_counts[:, 0] = [[1.0, 1.0], [1.0, 1.0]]  # one verification: too little to file
+    policy.slot_raw[:, 0] = [[1.0, 1.0], [1.0, 1.0]]  # one verification: too little to file
     policy.on_clear(0)
     assert policy.profiles == []
     for slot, accepted in ((1, 0.9), (2, 0.0)):
-        policy.slot_counts[:, slot] = [[10.0, 9.0], [10.0 * accepted, 9.0 * accepted]]
+        policy.slot_raw[:, slot] = [[10.0, 9.0], [10.0 * accepted, 9.0 * accepted]]
         policy.on_clear(slot)
     assert len(policy.profiles) == 2
-    np.testing.assert_allclose(policy.population_spread(), [0.0, 0.45, 0.45 + 0.405], atol=1e-9)
+    noise_1, noise_2 = 0.9 * 0.1 / 10, 0.9 * 0.1 / 9
+    want = [0.0, np.sqrt(0.2025 - noise_1 / 2), np.sqrt(0.731025 - (1.9 ** 2 * noise_1 + 0.9 ** 2 * noise_2) / 2)]
+    np.testing.assert_allclose(policy.population_spread(), want, atol=1e-9)
     after = policy.drain_seconds(live, left)
     assert after[0] == pytest.approx(before[0])  # K = 0: R steps, exactly
     assert after[1] > 1.02 * before[1] and after[2] > 1.02 * before[2]

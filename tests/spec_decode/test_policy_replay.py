@@ -254,3 +254,28 @@ def test_probes_cost_little_where_no_drafts_is_right():
         assert probes >= 1 and ratio >= 0.98, (seed0, ratio, probes)
     ratio, probes = adaptive_over_none(0, probe_after=1, probe_max=1)
     assert ratio < 0.98, (ratio, probes)
+
+
+def alike_at_16(batch: int, k: int, drafts: int) -> float:  # a draft step costs 1.34x a plain one at 16 slots
+    return 0.003 + 0.0002 * batch + k * (0.0014 + 0.000045 * batch)
+
+
+def test_adaptive_drafts_a_closed_batch_whose_requests_accept_alike():
+    """Closed batches of 16 requests (64 tokens) that all accept 0.5 / 0.4 / 0.3, where fixed K = 1 drains 6.7% faster
+    than K = 0: adaptive reaches >= 0.96x of fixed K = 1 over four seed sets (0.969 measured). The drain puts the
+    slowest slot late by how far apart requests are (population_spread); read from each finished request's raw
+    ratios (decayed counts, an unreached position as 0) that spread was sampling noise, E(1) 0.12 apart, and K = 0
+    won the drain: 0.939."""
+    ratios = []
+    for seed0 in (0, 20, 40, 60):
+        fixed1 = np.mean([replay(lambda step: 1, 16, LOW, alike_at_16, s + seed0, 64) for s in range(10)])
+        policy = AdaptivePolicy(16, K_MAX)
+        for s in range(2):
+            _admitted(policy, 16, 64)
+            replay(policy.choose, 16, LOW, alike_at_16, 100 + s + seed0, 64, policy)
+        rates = []
+        for s in range(10):
+            _admitted(policy, 16, 64)
+            rates.append(replay(policy.choose, 16, LOW, alike_at_16, s + seed0, 64, policy))
+        ratios.append(np.mean(rates) / fixed1)
+    assert np.mean(ratios) >= 0.96, ratios
