@@ -256,12 +256,13 @@ class AdaptivePolicy(SpeculationPolicy):
     def population_spread(self) -> np.ndarray:
         """[K + 1] how far apart requests are (an n-gram lookup finds a lot in one prompt and nothing in another): the
         standard deviation of E(K) over the last `profile_window` finished requests, each from its own acceptance
-        (its counts over its whole life, not decayed), less what sampling noise alone would spread them by. Per request,
-        position j reads s_j / n_j (the worker prior where it was never reached, not 0), with the binomial noise
-        variance a_j (1 - a_j) / max(n_j, 1), carried to E(K) by its derivative; the spread is sqrt(max(Var(E) - mean noise,
-        0)). On a replay where every request accepts 0.5 / 0.4 / 0.3, raw ratios (and 0 for unreached positions)
-        read E(1) 0.12 apart, and the drain then put the slowest slot so late that K = 0 won where fixed K = 1
-        drains 7% sooner. 0 until two requests are known; recomputed when one is filed."""
+        (its counts over its whole life, not decayed), less what sampling noise alone would spread them by. Per
+        request, position j reads s_j / n_j (the worker prior where it was never reached, not 0), with the binomial
+        noise variance a_j (1 - a_j) / max(n_j, 1), carried to E(K) by its derivative; the spread is
+        sqrt(max(Var(E) - mean noise, 0)). On a replay where every request accepts 0.5 / 0.4 / 0.3, raw ratios of
+        decayed counts (and 0 for unreached positions) read E(1) 0.12 apart, and the drain then put the slowest slot
+        so late that K = 0 won where fixed K = 1 drains 7% sooner. 0 until two requests are known; recomputed when
+        one is filed."""
         if self._spread is None:
             if len(self.profiles) < 2:
                 self._spread = np.zeros(self.k_max + 1)

@@ -233,27 +233,31 @@ def test_adaptive_re_measures_a_draftless_batch_size(probe_after):
         assert policy.num_probes >= 1 and draftless[6:] == [0] * 4 and ratio >= 0.97, (draftless, ratio, best)
 
 
+def closed_batches_vs_fixed(batch, accept, cost, seed0, k, **policy_kw) -> tuple[float, AdaptivePolicy]:
+    """(adaptive tokens/s over fixed K = k's, the policy) over ten closed batches of `batch` requests (64 tokens each,
+    admitted as the worker admits them) after two warm-up batches, seeds seed0 + 0..9 for both."""
+    policy = AdaptivePolicy(batch, K_MAX, **policy_kw)
+    for s in range(2):
+        _admitted(policy, batch, 64)
+        replay(policy.choose, batch, accept, cost, 100 + s + seed0, 64, policy)
+    rates = []
+    for s in range(10):
+        _admitted(policy, batch, 64)
+        rates.append(replay(policy.choose, batch, accept, cost, s + seed0, 64, policy))
+    fixed = np.mean([replay(lambda step: k, batch, accept, cost, s + seed0, 64) for s in range(10)])
+    return float(np.mean(rates) / fixed), policy
+
+
 def test_probes_cost_little_where_no_drafts_is_right():
     """Where K = 0 is right (16 dispatch-bound slots at LOW acceptance: fixed K = 1 is 0.91x of it), the probes that
     re-measure a draft-less batch size (probe_after 128 steps, doubling) cost ~1%: >= 0.98x of fixed K = 0 over ten
     closed batches of 64 tokens, on three seed sets (0.988-0.990 measured; 0.998-1.0 without probes). A probe at every
     batch (probe_after 1) fails it (0.957: each probe batch pays its hold and the explorations of a drafting batch)."""
-    def adaptive_over_none(seed0, **kw):
-        policy = AdaptivePolicy(16, K_MAX, **kw)
-        for s in range(2):
-            _admitted(policy, 16, 64)
-            replay(policy.choose, 16, LOW, dispatch_bound, 100 + s + seed0, 64, policy)
-        rates = []
-        for s in range(10):
-            _admitted(policy, 16, 64)
-            rates.append(replay(policy.choose, 16, LOW, dispatch_bound, s + seed0, 64, policy))
-        none = np.mean([replay(lambda step: 0, 16, LOW, dispatch_bound, s + seed0, 64) for s in range(10)])
-        return np.mean(rates) / none, policy.num_probes
     for seed0 in (0, 20, 40):
-        ratio, probes = adaptive_over_none(seed0)
-        assert probes >= 1 and ratio >= 0.98, (seed0, ratio, probes)
-    ratio, probes = adaptive_over_none(0, probe_after=1, probe_max=1)
-    assert ratio < 0.98, (ratio, probes)
+        ratio, policy = closed_batches_vs_fixed(16, LOW, dispatch_bound, seed0, 0)
+        assert policy.num_probes >= 1 and ratio >= 0.98, (seed0, ratio, policy.num_probes)
+    ratio, policy = closed_batches_vs_fixed(16, LOW, dispatch_bound, 0, 0, probe_after=1, probe_max=1)
+    assert ratio < 0.98, (ratio, policy.num_probes)
 
 
 def alike_at_16(batch: int, k: int, drafts: int) -> float:  # a draft step costs 1.34x a plain one at 16 slots
@@ -266,16 +270,5 @@ def test_adaptive_drafts_a_closed_batch_whose_requests_accept_alike():
     slowest slot late by how far apart requests are (population_spread); read from each finished request's raw
     ratios (decayed counts, an unreached position as 0) that spread was sampling noise, E(1) 0.12 apart, and K = 0
     won the drain: 0.939."""
-    ratios = []
-    for seed0 in (0, 20, 40, 60):
-        fixed1 = np.mean([replay(lambda step: 1, 16, LOW, alike_at_16, s + seed0, 64) for s in range(10)])
-        policy = AdaptivePolicy(16, K_MAX)
-        for s in range(2):
-            _admitted(policy, 16, 64)
-            replay(policy.choose, 16, LOW, alike_at_16, 100 + s + seed0, 64, policy)
-        rates = []
-        for s in range(10):
-            _admitted(policy, 16, 64)
-            rates.append(replay(policy.choose, 16, LOW, alike_at_16, s + seed0, 64, policy))
-        ratios.append(np.mean(rates) / fixed1)
+    ratios = [closed_batches_vs_fixed(16, LOW, alike_at_16, seed0, 1)[0] for seed0 in (0, 20, 40, 60)]
     assert np.mean(ratios) >= 0.96, ratios
