@@ -162,7 +162,7 @@ class AdaptivePolicy(SpeculationPolicy):
     returns to `explore_every` when the choice changes.
     The chosen K changes only when another K's rate beats it by more than `switch_margin` (`optimism`: the choice
     reads the optimistic acceptance too; off by default).
-    Draft-less admission (`admit`): a request admitted where K = 0 is settled (`prefers_no_drafts`; it also needs
+    Draft-less admission (`admit`): a request admitted where K = 0 is settled (`_no_drafts_verdict`; it also needs
     `admit_min_reaches` verifications of draft position 1 in the worker totals) gets cap 0 for
     its life, so its draft prefill is skipped and a batch of such slots runs no proposer at all. A step holding
     draft-less slots files no K >= 1 cost (it drafted for fewer slots than T(B, K) assumes); so admission probes a
@@ -311,10 +311,10 @@ class AdaptivePolicy(SpeculationPolicy):
         self.draftless[slot] = False
 
     def admit(self, slot: int, num_slots: int, remaining: np.ndarray | None = None) -> bool:
-        """Draft-less when K = 0 is settled at num_slots (prefers_no_drafts; on the drain objective when `remaining`
-        says the batch drains); never a pinned request (its tokens depend on k_b, so timing must not decide it).
-        The admissions of one step share one decision (the batch they join is the same; a drain prediction for
-        64 slots is ~0.2 ms, 64 of them 12 ms)."""
+        """Draft-less when K = 0 is settled at num_slots (_no_drafts_verdict, unless _probed re-measures it; on the
+        drain objective when `remaining` says the batch drains); never a pinned request (its tokens depend on k_b, so
+        timing must not decide it). The admissions of one step share one decision (the batch they join is the same;
+        a drain prediction for 64 slots is ~0.2 ms, 64 of them 12 ms)."""
         if self.cap[slot] > 0 and not self.pinned[slot] and self._admission_settles(num_slots, remaining):
             self.cap[slot] = 0
             self.draftless[slot] = True
@@ -322,8 +322,8 @@ class AdaptivePolicy(SpeculationPolicy):
         return self.may_draft(slot)
 
     def _admission_settles(self, num_slots: int, remaining: np.ndarray | None) -> bool:
-        """prefers_no_drafts, decided once per step's admissions: the memo is dropped at every choose, and keyed by
-        the batch and the evidence (verifications of position 1, cost observations) besides."""
+        """_no_drafts_verdict and _probed, decided once per step's admissions: the memo is dropped at every choose,
+        and keyed by the batch and the evidence (verifications of position 1, cost observations) besides."""
         key = (num_slots, None if remaining is None else np.asarray(remaining).tobytes(), float(self.total_reaches[0]),
                sum(self.costs.count.values()))
         if self._admission is None or self._admission[0] != key:
@@ -352,11 +352,6 @@ class AdaptivePolicy(SpeculationPolicy):
             self.probe, self.probe_k, self.probe_fresh = (num_slots, runner_up, self.clock), runner_up, set()
             self.num_probes += 1
         return False
-
-    def prefers_no_drafts(self, num_slots: int, remaining: np.ndarray | None = None) -> bool:
-        """Whether K = 0 is settled at batch size num_slots (_no_drafts_verdict); admission also probes it
-        (_probed)."""
-        return self._no_drafts_verdict(num_slots, remaining)[0]
 
     def _no_drafts_verdict(self, num_slots: int, remaining: np.ndarray | None) -> tuple[bool, int]:
         """(settled, the K >= 1 nearest to K = 0). K = 0 is settled at batch size num_slots: every K has `need` steady

@@ -341,7 +341,7 @@ class StepCostModel:
         Plain Python floats: n is at most `window` (12) rows, and between a step's tensor ops each numpy call costs
         3-10 us, so the ~30 of a numpy fit took 0.2-0.4 ms where these loops take a few tens of us."""
         u = [math.log(b / num_slots) for b in batch]
-        weight = [math.exp(-0.5 * (x / self.bandwidth) ** 2) + 1e-6 for x in u]
+        weight = [self.nearness(b, num_slots) + 1e-6 for b in batch]
         out = []
         for y in ys:
             y = [float(v) for v in y]  # a row of a list or an array
