@@ -18,8 +18,8 @@ from specworker.spec_decode.metrics import DraftLenStats, SpecDecodeStats
 from specworker.hf_tokenizer import load_tokenizer
 from specworker.worker.request import FinishReason
 
-__all__ = ["DEFAULT_PROMPTS", "BatchRun", "UserError", "describe_model", "encode_prompts", "load_prompts", "load_worker", "queue_prompts", "run_batch",
-           "run_queued"]
+__all__ = ["DEFAULT_PROMPTS", "BatchRun", "OwnClock", "UserError", "describe_model", "encode_prompts", "load_prompts",
+           "load_worker", "queue_prompts", "run_batch", "run_lockstep", "run_queued"]
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parent / "data" / "prompts.txt"
 
@@ -177,30 +177,106 @@ def queue_prompts(worker, prompts: Sequence[str], params: SamplingParams, *, tok
     return req_ids
 
 
+class OwnClock:
+    """Seconds that advance only while its worker steps (inside `with clock:`): in a lockstep run every worker's
+    steps alternate with the others', and a worker's own time, step cost and throughput must not count theirs.
+    Callable, like time.perf_counter (ModelRunner.clock)."""
+
+    def __init__(self):
+        self.total, self._entered = 0.0, None
+
+    def __call__(self) -> float:
+        return self.total + (0.0 if self._entered is None else time.perf_counter() - self._entered)
+
+    def __enter__(self) -> OwnClock:
+        self._entered = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.total += time.perf_counter() - self._entered
+        self._entered = None
+
+
+class _Progress:
+    """One worker's queued batch, stepped to completion by run_queued (alone) or run_lockstep (in turns): the
+    finished outputs and the counters' deltas. Counters are read as deltas, so a worker can serve several
+    batches."""
+
+    def __init__(self, worker, prompts: Sequence[str], req_ids: Sequence[str], clock: Callable[[], float],
+                 on_tokens: Callable[[int], None] | None = None, tokenizer=None):
+        self.worker, self.prompts, self.req_ids, self.clock = worker, list(prompts), list(req_ids), clock
+        self.on_tokens, self.tokenizer = on_tokens, tokenizer
+        self.phases_before, self.stats_before = dict(worker.phase_seconds), copy.deepcopy(worker.spec_stats)
+        self.lens_before = copy.deepcopy(worker.draft_len_stats)
+        self.steps_before, self.done = worker.num_steps, {}
+        self.start = clock()
+
+    def step(self) -> None:
+        outs = self.worker.step()
+        for out in outs:
+            if out.finished:
+                self.done[out.request_id] = out
+        if self.on_tokens is not None:
+            self.on_tokens(sum(len(out.new_token_ids) for out in outs))
+
+    def result(self) -> BatchRun:
+        worker = self.worker
+        seconds = self.clock() - self.start
+        token_ids = [self.done[r].output_token_ids for r in self.req_ids]
+        tokenizer = self.tokenizer or tokenizer_of(worker)
+        return BatchRun(prompts=self.prompts, token_ids=token_ids, texts=[tokenizer.decode(t) for t in token_ids],
+                        finish_reasons=[self.done[r].finish_reason for r in self.req_ids], seconds=seconds,
+                        num_steps=worker.num_steps - self.steps_before,
+                        phase_seconds={p: s - self.phases_before[p] for p, s in worker.phase_seconds.items()},
+                        spec_stats=_stats_delta(worker.spec_stats, self.stats_before),
+                        draft_lens=(None if self.lens_before is None
+                                    else worker.draft_len_stats.minus(self.lens_before)))
+
+
 def run_queued(worker, prompts: Sequence[str], req_ids: Sequence[str], *,
                on_tokens: Callable[[int], None] | None = None, tokenizer=None) -> BatchRun:
     """Steps the worker until every queued request finishes; on_tokens gets each step's number of new
     tokens (progress bars). Counters are read as deltas, so a worker can serve several batches."""
-    phases_before, stats_before = dict(worker.phase_seconds), copy.deepcopy(worker.spec_stats)
-    lens_before = copy.deepcopy(worker.draft_len_stats)
-    steps_before, done = worker.num_steps, {}
-    start = time.perf_counter()
+    progress = _Progress(worker, prompts, req_ids, time.perf_counter, on_tokens, tokenizer)
     while worker.has_unfinished():
-        outs = worker.step()
-        for out in outs:
-            if out.finished:
-                done[out.request_id] = out
-        if on_tokens is not None:
-            on_tokens(sum(len(out.new_token_ids) for out in outs))
-    seconds = time.perf_counter() - start
-    token_ids = [done[r].output_token_ids for r in req_ids]
-    tokenizer = tokenizer or tokenizer_of(worker)
-    return BatchRun(prompts=list(prompts), token_ids=token_ids, texts=[tokenizer.decode(t) for t in token_ids],
-                    finish_reasons=[done[r].finish_reason for r in req_ids], seconds=seconds,
-                    num_steps=worker.num_steps - steps_before,
-                    phase_seconds={p: s - phases_before[p] for p, s in worker.phase_seconds.items()},
-                    spec_stats=_stats_delta(worker.spec_stats, stats_before),
-                    draft_lens=None if lens_before is None else worker.draft_len_stats.minus(lens_before))
+        progress.step()
+    return progress.result()
+
+
+def run_lockstep(workers: Sequence, prompts: Sequence[str], params: SamplingParams, *,
+                 chat: bool = False) -> list[BatchRun]:
+    """The same prompts through every worker, their steps taken in turns (one step of each in a round, the order
+    reversed every other round), each worker timed by its own OwnClock (installed as its runner's step clock, so
+    an adaptive policy's step costs are its own steps too). Side by side at the granularity of one step: a shared
+    machine's speed, which moves by a third within a minute, reaches every worker alike, where runs one after the
+    other each see their own stretch of it. Returns one BatchRun per worker, in order; raises UserError (nothing
+    left queued) as queue_prompts."""
+    clocks = [OwnClock() for _ in workers]
+    progress = []
+    try:
+        for worker, clock in zip(workers, clocks):
+            worker.runner.clock = clock
+            progress.append(_Progress(worker, prompts, queue_prompts(worker, prompts, params, chat=chat), clock))
+    except UserError:
+        for queued in progress:  # the workers before the one that refused: nothing left queued
+            for req_id in queued.req_ids:
+                queued.worker.abort(req_id)
+        for worker in workers:
+            worker.runner.clock = time.perf_counter
+        raise
+    try:
+        turn = 0
+        while any(w.has_unfinished() for w in workers):
+            order = range(len(workers)) if turn % 2 == 0 else reversed(range(len(workers)))
+            for i in order:
+                if workers[i].has_unfinished():
+                    with clocks[i]:
+                        progress[i].step()
+            turn += 1
+        return [p.result() for p in progress]
+    finally:
+        for worker in workers:
+            worker.runner.clock = time.perf_counter
 
 
 def run_batch(worker, prompts: Sequence[str], params: SamplingParams, *, chat: bool = False,

@@ -11,7 +11,7 @@ import platform
 import statistics
 from collections.abc import Callable, Sequence
 
-from specworker.batch_run import BatchRun, UserError, load_worker, run_batch
+from specworker.batch_run import BatchRun, UserError, load_worker, run_batch, run_lockstep
 from specworker.config import SchedulerConfig, SpeculativeConfig, WorkerConfig
 from specworker.sampling_params import SamplingParams
 
@@ -34,10 +34,14 @@ class BenchSettings:
     chat: bool = False  # prompts go through the model's chat template as one user message each
     rotate_prompts: bool = False  # run r takes the next batch_size prompts of the set (else always the first)
     policies: tuple[str, ...] = ()  # side-by-side policies (parse_policies); empty: baseline vs the config
+    lockstep: bool = False  # policies: every repetition runs them step by step in turns (batch_run.run_lockstep)
 
     def __post_init__(self) -> None:
         if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
             raise UserError(f"--batch-sizes = {','.join(map(str, self.batch_sizes))}; allowed: integers >= 1")
+        if self.lockstep and not self.policies:
+            raise UserError("--lockstep without --policies; allowed: --lockstep with --policies (it steps the "
+                            "policies' workers in turns)")
         for name, low in (("max_tokens", 1), ("warmup", 0), ("repeats", 1)):
             if getattr(self, name) < low:
                 raise UserError(f"--{name.replace('_', '-')} = {getattr(self, name)}; allowed: an integer >= {low}")
@@ -210,11 +214,16 @@ def _policies_one(config: WorkerConfig, prompts: Sequence[str], batch_size: int,
     for rep in range(settings.warmup + settings.repeats):
         requests = batch_prompts(prompts, batch_size, rep if settings.rotate_prompts else 0)
         shift = rep % len(names)  # rotate who goes first: drift hits every policy
-        runs = {}
-        for name in names[shift:] + names[:shift]:
-            runs[name] = run_batch(workers[name], requests, params, chat=settings.chat)
-            if on_run is not None:
+        order, runs = names[shift:] + names[:shift], {}
+        if settings.lockstep:
+            runs = dict(zip(order, run_lockstep([workers[n] for n in order], requests, params, chat=settings.chat)))
+            for _ in order if on_run is not None else ():
                 on_run()
+        else:
+            for name in order:
+                runs[name] = run_batch(workers[name], requests, params, chat=settings.chat)
+                if on_run is not None:
+                    on_run()
         for name in names:
             where = first_mismatch(runs["none"], runs[name])
             if where is not None:

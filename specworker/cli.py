@@ -196,7 +196,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     config, prompts = _load(args)
     settings = BenchSettings(batch_sizes=args.batch_sizes, max_tokens=args.max_tokens, warmup=args.warmup,
                              repeats=args.repeats, chat=args.chat, rotate_prompts=args.rotate_prompts,
-                             policies=parse_policies(args.policies) if args.policies else ())
+                             policies=parse_policies(args.policies) if args.policies else (), lockstep=args.lockstep)
     readme = None
     if args.readme is not None:  # read before the bench runs, so a bad path fails fast
         try:
@@ -222,8 +222,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     machine = bench["machine"]
     prompts = f"`{_shown(args.prompts)}`" + (" (chat template)" if args.chat else "")
     which = "the next batch-size prompts in each run" if args.rotate_prompts else "the first batch-size prompts"
+    turns = " (the policies stepped in turns, each on its own clock)" if args.lockstep else ""
     note = (f"`{args.config}`, {prompts} ({which}), greedy, {args.max_tokens} new tokens per request, batch size = "
-            f"requests = slots, median of {args.repeats} runs after {args.warmup} warm-up; {machine['device']} "
+            f"requests = slots, median of {args.repeats} runs after {args.warmup} warm-up{turns}; {machine['device']} "
             f"({machine['cpu_count']} cores, {machine['processor']}), Paddle {machine['paddle']}. "
             + ("Greedy outputs of every policy were identical token for token." if settings.policies else
                "Greedy outputs of both modes were identical token for token."))
@@ -283,6 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "of the set (default: every run repeats the first batch-size prompts)")
     bench.add_argument("--policies", help="compare speculation policies side by side, e.g. "
                        "none,fixed1,fixed2,fixed3,adaptive (none is the baseline)")
+    bench.add_argument("--lockstep", action="store_true", help="with --policies: each repetition steps the "
+                       "policies' workers in turns, one step each, each timed by its own clock (load changes reach "
+                       "every policy alike; default: their runs one after the other)")
     bench.set_defaults(func=_cmd_bench)
     for sub, default in ((run, DEFAULT_CONFIG), (bench, DEFAULT_BENCH_CONFIG)):
         sub.add_argument("--config", type=Path, default=default, help=f"YAML config (default: configs/{default.name})")

@@ -1,4 +1,7 @@
-"""bench --policies: the list is parsed with clear errors, and each name maps to the config it runs."""
+"""bench --policies: the list is parsed with clear errors, and each name maps to the config it runs; lockstep
+runs step the policies' workers in turns, each on its own clock."""
+
+import dataclasses
 
 import pytest
 
@@ -53,3 +56,69 @@ def test_adaptive_vs_best_pairs_the_runs_of_a_repetition():
     assert ratio["paired"] == pytest.approx({"min": 0.9, "median": 0.9, "max": 0.9})
     timed["adaptive"] = [timed["adaptive"][i] for i in (1, 2, 0)]  # the same runs paired with other repetitions
     assert adaptive_vs_best(timed, out)["paired"]["min"] == pytest.approx(0.9 * 0.25)
+
+
+def test_own_clock_advances_only_inside_its_with():
+    import time
+
+    from specworker.batch_run import OwnClock
+
+    clock = OwnClock()
+    assert clock() == 0.0
+    with clock:
+        time.sleep(0.02)
+        inside = clock()
+    time.sleep(0.05)  # another worker's step: not this clock's time
+    assert 0.02 <= inside <= clock() < 0.05
+    with clock:
+        time.sleep(0.01)
+    assert 0.03 <= clock() < 0.08
+
+
+def test_run_lockstep_steps_workers_in_turns_each_on_its_own_clock():
+    """Two workers (no speculation, fixed k = 2) on the same prompts, stepped in turns: each gives the tokens it gives
+    alone, its seconds are its own steps' (the two together within the wall time; each runner's step clock was its
+    OwnClock and is the wall clock again afterwards), and a prompt one worker refuses leaves none with queued
+    requests."""
+    import time
+
+    from specworker.batch_run import load_worker, run_batch, run_lockstep
+    from specworker.bench import batch_prompts
+    from specworker.sampling_params import SamplingParams
+
+    config = load_config(REPO / "configs" / "mtp_tiny.yaml")
+    configs = policy_configs(config, 3, ("none", "fixed2"))
+    workers = [load_worker(configs[n]) for n in ("none", "fixed2")]
+    prompts = batch_prompts(["The cat", "Once upon a time", "In the beginning"], 3, 0)
+    params = SamplingParams(temperature=0.0, max_tokens=12)
+    alone = [run_batch(w, prompts, params) for w in workers]
+    seen = []
+    original = workers[1].step
+
+    def step():
+        seen.append(workers[1].runner.clock)
+        return original()
+
+    workers[1].step = step
+    start = time.perf_counter()
+    runs = run_lockstep(workers, prompts, params)
+    wall = time.perf_counter() - start
+    assert [r.token_ids for r in runs] == [a.token_ids for a in alone] and runs[0].token_ids == runs[1].token_ids
+    assert runs[1].num_steps < runs[0].num_steps  # fixed k = 2 drafts: fewer steps, the same tokens
+    assert all(r.seconds > 0 for r in runs) and sum(r.seconds for r in runs) <= wall
+    assert seen and all(type(c).__name__ == "OwnClock" for c in seen)
+    assert all(w.runner.clock is time.perf_counter for w in workers)
+    short = configs["fixed2"]
+    short = load_worker(dataclasses.replace(short, scheduler=dataclasses.replace(short.scheduler, max_model_len=64)))
+    with pytest.raises(UserError, match="prompt 2"):  # the first worker takes both prompts, the second refuses
+        run_lockstep([workers[0], short], ["ok", "x" * 100], params)
+    assert not workers[0].has_unfinished() and not short.has_unfinished()
+    assert workers[0].runner.clock is time.perf_counter
+
+
+def test_bench_settings_lockstep_needs_policies():
+    from specworker.bench import BenchSettings
+
+    with pytest.raises(UserError, match="--lockstep without --policies; allowed: --lockstep with --policies"):
+        BenchSettings(batch_sizes=(1,), max_tokens=4, warmup=0, repeats=1, lockstep=True)
+    assert BenchSettings(batch_sizes=(1,), max_tokens=4, warmup=0, repeats=1, policies=("none",), lockstep=True)

@@ -195,6 +195,33 @@ def test_cli_bench_tiny_writes_json_png_and_readme(tmp_path, tiny_ckpt, prompts_
     assert "old table" not in text and table_rows[0] in text and text.endswith(f"{README_END}\ntail\n")
 
 
+@pytest.mark.parametrize("lockstep", [False, True], ids=["sequential", "lockstep"])
+def test_cli_bench_policies_side_by_side(tmp_path, tiny_ckpt, prompts_file, lockstep):
+    """bench --policies: every policy at every batch size, outputs equal to none's, the adaptive-vs-best ratio and
+    the policy table; --lockstep steps the policies' workers in turns (batch_run.run_lockstep)."""
+    config = write_config(tmp_path / "c.yaml", str(tiny_ckpt))
+    out = tmp_path / "bench"
+    result = specworker("bench", "--config", str(config), "--prompts", str(prompts_file), "--batch-sizes", "1,2",
+                        "--max-tokens", "4", "--warmup", "1", "--repeats", "2", "--out", str(out), "--policies",
+                        "none,fixed1,adaptive", *(["--lockstep"] if lockstep else []), timeout=120)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result
+    bench = json.loads((out / "bench.json").read_text())
+    assert bench["settings"]["lockstep"] is lockstep and bench["policies"] == ["none", "fixed1", "adaptive"]
+    for r in bench["results"]:
+        assert r["outputs_equal"] is True and set(r["policies"]) == {"none", "fixed1", "adaptive"}
+        assert r["policies"]["none"]["num_tokens"] == r["policies"]["adaptive"]["num_tokens"]
+        assert r["adaptive_vs_best"]["best"] in ("none", "fixed1")
+        for figure in (r["policies"]["fixed1"]["speedup"], r["adaptive_vs_best"]["paired"]):
+            assert 0 < figure["min"] <= figure["median"] <= figure["max"]
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_bench_lockstep_needs_policies(tmp_path, tiny_ckpt):
+    config = write_config(tmp_path / "c.yaml", str(tiny_ckpt))
+    assert_one_line_error(specworker("bench", "--config", str(config), "--lockstep"),
+                          "--lockstep without --policies; allowed: --lockstep with --policies")
+
+
 def test_cli_bench_fails_when_outputs_differ(tmp_path, tiny_ckpt, prompts_file):
     """accept_all keeps every draft, so greedy speculative output is not the target's: the check must say so."""
     config = write_config(tmp_path / "c.yaml", str(tiny_ckpt), accept_policy="accept_all")

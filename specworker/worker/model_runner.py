@@ -10,6 +10,7 @@ import dataclasses
 import logging
 import time
 import types
+from collections.abc import Callable
 
 import numpy as np
 import paddle
@@ -104,6 +105,8 @@ class ModelRunner:
         self.input_batch.follow(self.policy)
         self._prefill_slots: set[int] = set()  # slots given a prefill chunk for this step
         self._last_step: tuple[float, StepCost | None] | None = None  # (start, shape) of the previous step
+        # the step-cost clock: wall seconds, or a lockstep bench's own time of this worker (batch_run.OwnClock)
+        self.clock: Callable[[], float] = time.perf_counter
 
     # ---- between steps (host writes only) ----
     def insert(self, slot: int, request: SlotRequest) -> None:
@@ -177,7 +180,7 @@ class ModelRunner:
         no request waits (the policy's PolicyStep.remaining, less this step's tokens), else None.
         """
         timer = PhaseTimer()
-        start = time.perf_counter()
+        start = self.clock()
         cost = self._previous_cost(start)
         with timer("pre_process"):
             meta = self._pre_process(token_num)
