@@ -251,6 +251,7 @@ def run_lockstep(workers: Sequence, prompts: Sequence[str], params: SamplingPara
     machine's speed, which moves by a third within a minute, reaches every worker alike, where runs one after the
     other each see their own stretch of it. Returns one BatchRun per worker, in order; raises UserError (nothing
     left queued) as queue_prompts."""
+    # (each batch ends with no slot decoding, so no step cost spans two clocks: ModelRunner._step_shape)
     clocks = [OwnClock() for _ in workers]
     progress = []
     try:

@@ -217,8 +217,9 @@ def _policies_one(config: WorkerConfig, prompts: Sequence[str], batch_size: int,
         order, runs = names[shift:] + names[:shift], {}
         if settings.lockstep:
             runs = dict(zip(order, run_lockstep([workers[n] for n in order], requests, params, chat=settings.chat)))
-            for _ in order if on_run is not None else ():
-                on_run()
+            if on_run is not None:
+                for _ in order:
+                    on_run()
         else:
             for name in order:
                 runs[name] = run_batch(workers[name], requests, params, chat=settings.chat)
