@@ -58,21 +58,22 @@ def test_adaptive_vs_best_pairs_the_runs_of_a_repetition():
     assert adaptive_vs_best(timed, out)["paired"]["min"] == pytest.approx(0.9 * 0.25)
 
 
-def test_own_clock_advances_only_inside_its_with():
-    import time
+def test_own_clock_advances_only_inside_its_with(monkeypatch):
+    """On a wall clock set by hand: 2 s inside `with`, 5 s outside (another worker's step), 1 s inside again."""
+    from specworker import batch_run
 
-    from specworker.batch_run import OwnClock
-
-    clock = OwnClock()
+    wall = [100.0]
+    monkeypatch.setattr(batch_run.time, "perf_counter", lambda: wall[0])
+    clock = batch_run.OwnClock()
     assert clock() == 0.0
     with clock:
-        time.sleep(0.02)
-        inside = clock()
-    time.sleep(0.05)  # another worker's step: not this clock's time
-    assert 0.02 <= inside <= clock() < 0.05
+        wall[0] += 2.0
+        assert clock() == 2.0
+    wall[0] += 5.0
+    assert clock() == 2.0
     with clock:
-        time.sleep(0.01)
-    assert 0.03 <= clock() < 0.08
+        wall[0] += 1.0
+    assert clock() == 3.0
 
 
 def test_run_lockstep_steps_workers_in_turns_each_on_its_own_clock():
