@@ -278,8 +278,7 @@ class AdaptivePolicy(SpeculationPolicy):
                     without = own.copy()
                     without[:, j] = 1.0
                     reach = np.cumprod(without, axis=1)  # [R, K]: prod_{l <= i, l != j} a_l
-                    for kk in range(j + 1, k + 1):
-                        grad[:, kk, j] = reach[:, j:kk].sum(axis=1)
+                    grad[:, j + 1:, j] = np.cumsum(reach[:, j:], axis=1)  # K = j + 1 .. k
                 noise_e = (grad ** 2 * noise[:, None, :]).sum(axis=2)  # [R, K + 1]
                 spread = expected_tokens(own).var(axis=0) - noise_e.mean(axis=0)
                 self._spread = np.sqrt(np.maximum(spread, 0.0))
