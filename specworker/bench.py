@@ -239,6 +239,8 @@ def _policies_one(config: WorkerConfig, prompts: Sequence[str], batch_size: int,
     result = {"batch_size": batch_size, "num_requests": batch_size, "outputs_equal": True, "policies": out}
     if "adaptive" in names:
         result["adaptive_vs_best"] = adaptive_vs_best(timed, out)
+        profile = workers["adaptive"].cost_profile  # the step costs it chose by (None: measured while serving)
+        result["adaptive_cost_profile"] = None if profile is None else profile.to_dict()
     return result
 
 

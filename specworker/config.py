@@ -51,6 +51,7 @@ ACCEPT_POLICIES = ("normal", "accept_all", "reject_all")
 MTP_STRATEGIES = ("default", "with_ngram")  # with_ngram: hybrid_mtp_ngram extends the MTP drafts
 POLICIES = ("fixed", "schedule", "adaptive")  # speculation policies: how many drafts a slot gets per step
 MAX_NUM_SPECULATIVE_TOKENS = 5  # FastDeploy's bound on k and on num_model_steps
+MAX_PROFILE_ROUNDS = 64  # speculative_config.profile_rounds: each round holds every K a few steps per batch size
 MAX_NGRAM_SIZE = 64  # ngram_match's bound on max_ngram_size
 MAX_CANDIDATE_LENS = tuple(range(1, 11)) + tuple(range(20, 101, 10))  # top_p_candidates' supported C
 MAX_BLOCK_SIZE = 1024
@@ -202,6 +203,9 @@ class SpeculativeConfig:
     # policy schedule: {smallest batch size: k}; the entry with the largest key <= B applies (must hold key 1);
     # kept as a tuple of (batch size, k) pairs, sorted.
     schedule: tuple | None = None
+    # policy adaptive: rounds of the step-cost profile measured at worker start (docs/adaptive.md, "Profiled step
+    # costs"); 0: no profile, costs measured while serving. Read by the adaptive policy only.
+    profile_rounds: int = 6
     # mtp: the draft scores only the first draft_vocab_size ids of its ranked draft vocabulary (docs/spec.md §5.3;
     # draft_vocab.safetensors next to its weights); 0: the whole vocabulary.
     draft_vocab_size: int = 0
@@ -289,6 +293,9 @@ class SpeculativeConfig:
 
     def _check_policy(self, s: str) -> None:
         check_choice(f"{s}.policy", self.policy, POLICIES)
+        check(self.profile_rounds == 0 or 2 <= self.profile_rounds <= MAX_PROFILE_ROUNDS, f"{s}.profile_rounds",
+              self.profile_rounds, f"0 (no profile) or 2..{MAX_PROFILE_ROUNDS}",
+              "a profile needs two rounds for its error estimate" if self.profile_rounds == 1 else "out of range")
         check(self.policy == "fixed" or self.needs_proposer, f"{s}.policy", self.policy,
               "'fixed' (or method: mtp, ngram or suffix)", f"method {self.method!r} drafts nothing")
         if self.policy != "schedule":

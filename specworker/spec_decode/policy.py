@@ -178,7 +178,8 @@ class AdaptivePolicy(SpeculationPolicy):
                  explore_every: int = 32, explore_max: int = 256, switch_margin: float = 0.02,
                  admit_min_reaches: int = 64, k_prior_weight: float = 8.0,
                  redecide_every: int = 8, redecide_max: int = 32, confidence: float = 1.0, optimism: bool = False,
-                 settle_costs: int = 6, probe_after: float = 128, probe_max: float = 2048, probe_hold: int = 4):
+                 settle_costs: int = 6, probe_after: float = 128, probe_max: float = 2048, probe_hold: int = 4,
+                 warm_reaches: float = 12.0):
         super().__init__(num_slots, k_max, pin_sampled=pin_sampled)
         # probes of a settled K = 0 (_admission_settles): steps without a K >= 1 cost near the batch size before
         # admission takes drafts again (doubling up to probe_max each time a probe leaves K = 0 settled), and the
@@ -225,7 +226,11 @@ class AdaptivePolicy(SpeculationPolicy):
         self._count_table = np.stack([j < np.minimum(kb, em), j < np.minimum(kb, em - 1)]).astype(np.float64)
         self._one_hot = np.eye(k_max + 1)[1:]  # [K, K + 1]: column k_b selects row k_b - 1 (k_b = 0: none)
         self._below_k = (np.arange(k_max)[None, :] < np.arange(k_max + 1)[:, None]).astype(np.float64)  # [K + 1, K]
-        self.costs = StepCostModel()
+        self.costs = StepCostModel()  # or ProfiledCosts (use_profile)
+        self.profiled = False  # costs from a profile measured at worker start: no probes, no cost exploration
+        # profiled: verifications each K >= 1 must anchor before the first exploitation choice (_acceptance_warm)
+        self.warm_reaches, self._warm = warm_reaches, False
+        self._fill = np.zeros((2, k_max))  # [offered, fed][j]: steps allowed draft j, and those that fed it
         # [2, K] (reaches, successes) of recent finished requests over their whole life (population_spread)
         self.profiles: list[np.ndarray] = []
         self.profile_window, self.profile_min_reaches = 128, 3.0
@@ -239,6 +244,17 @@ class AdaptivePolicy(SpeculationPolicy):
         self.held: tuple[int, int] | None = None  # (K, steps left) of an exploration hold
         self.num_choices = 0  # decode steps chosen for
         self.last_k = 0  # the batch K of the last choice (metrics, tests)
+
+    def use_profile(self, profile) -> None:
+        """Step costs from `profile` (a CostProfile measured at worker start, docs/adaptive.md "Profiled step
+        costs") from now on, instead of from the steps served: every K is measured before the first request, so
+        there is no warm-up turn of every K and no probe of a draft-less batch size; explorations remain, for the
+        acceptance of each K."""
+        from specworker.spec_decode.cost_profile import ProfiledCosts
+
+        self.costs = ProfiledCosts(profile)
+        self.profiled = True
+        self.decision = None
 
     # ---- per-slot state follows the slots ----
     def on_insert(self, slot: int, request: SlotRequest) -> None:
@@ -337,6 +353,8 @@ class AdaptivePolicy(SpeculationPolicy):
         (SmolLM2 at 4 slots: T(4, 1) / T(4, 0) read 1.62 from the warm-up, 1.42 once measured; fixed k = 1 ran at
         1.09x of no drafts). A probe that leaves K = 0 settled doubles the interval (up to `probe_max`); one that
         ends it returns the interval to `probe_after`."""
+        if self.profiled:  # costs were measured at start, for every K and batch size: nothing to re-measure
+            return settled
         if not settled:
             if self.probe is not None:  # the probe's costs (or other evidence) favour drafts
                 self.probe, self.probe_k, self.probe_interval = None, None, self.probe_after
@@ -412,10 +430,21 @@ class AdaptivePolicy(SpeculationPolicy):
         # Counted lazily (_flush, when an estimate is read or a slot moves): a step only queues its rows, which keeps
         # it to a few numpy calls (counting each step cost ~0.07 ms inside a running worker, 1% of a 6.5 ms step).
         # The factor is the decay this step's counting applies to the counts before it.
-        self._queued.append((allowed, emitted, self.prev_allowed, self.pending_decay * self.decay))
+        self._queued.append((allowed, emitted, self.prev_allowed, self.pending_decay * self.decay,
+                             step.drafted.copy()))
         self.pending_decay = 1.0
         self.prev_allowed = np.where(emitted > 0, allowed, 0)
         self._observe_cost(step)
+
+    def _count_fill(self, allowed: np.ndarray, emitted: np.ndarray, drafted: np.ndarray) -> None:
+        """The share of steps allowed draft j that fed one (a lookup finds none in many steps; MTP always drafts),
+        for the profiled costs: a step costs what it feeds (ProfiledCosts.fill). Worker totals over the queued steps
+        ([S, N] each), Laplace-smoothed towards 1 (the profile's own full drafts)."""
+        offered = np.where(emitted > 0, allowed, 0)[..., None]  # [S, N, 1]
+        j = np.arange(self.k_max)
+        self._fill[0] += (j < offered).sum(axis=(0, 1))
+        self._fill[1] += (j < np.minimum(drafted[..., None], offered)).sum(axis=(0, 1))
+        self.costs.set_fill((self._fill[1] + 1.0) / (self._fill[0] + 1.0))
 
     def _flush(self) -> None:
         """Counts the queued steps, as if each had been counted when observed: per step, the worker totals gain its
@@ -425,8 +454,10 @@ class AdaptivePolicy(SpeculationPolicy):
         at k = 2), and the slot counts are decayed by the step's factor, then gain its counts."""
         if not self._queued:
             return
-        allowed, emitted, prev, factors = zip(*self._queued)
+        allowed, emitted, prev, factors, drafted = zip(*self._queued)
         self._queued.clear()
+        if self.profiled:
+            self._count_fill(np.stack(allowed), np.stack(emitted), np.stack(drafted))
         counts = self._count_table[:, np.stack(allowed), np.stack(emitted)]  # [2, S, N, K]: 0 where emitted 0
         n, k = counts.shape[2], self.k_max
         self._totals += counts.sum(axis=(1, 2))
@@ -563,7 +594,7 @@ class AdaptivePolicy(SpeculationPolicy):
             self.last_k = 0
             return 0
         self.num_choices += 1
-        ready = all(self.costs.count.get(k, 0) >= self.need for k in range(self.k_max + 1))
+        ready = all(self.costs.count.get(k, 0) >= self.need for k in range(self.k_max + 1)) and self._acceptance_warm()
         if self.held is None and self.probe_k is not None and not self.draftless[live].any():
             # a probe's measurement (_probed), once no live slot is draft-less: the live slots or the draft-less flags
             # change on the way there, and so the signature a kept decision needs (_kept_choice)
@@ -608,6 +639,8 @@ class AdaptivePolicy(SpeculationPolicy):
 
     def _exploration(self, ready: bool) -> tuple[int, int] | None:
         """(K, hold) to explore now, or None."""
+        if not ready and self.profiled:  # the K >= 1 whose steps anchored the fewest verifications, smallest first
+            return 1 + int(np.argmin(self.k_totals[0, :, 0])), self.hold
         if not ready:  # the K with the fewest steady observations, smallest first
             counts = [self.costs.count.get(k, 0) for k in range(self.k_max + 1)]
             return int(np.argmin(counts)), self.hold
@@ -618,6 +651,16 @@ class AdaptivePolicy(SpeculationPolicy):
             k = self.last_k + side if 0 <= self.last_k + side <= self.k_max else self.last_k - side
             return int(np.clip(k, 0, self.k_max)), self.hold
         return None
+
+    def _acceptance_warm(self) -> bool:
+        """Whether each K >= 1 has anchored `warm_reaches` verifications (profiled costs only: without a profile the
+        cost warm-up's turns of every K bring them). The worker prior alone reads a position never reached as 0.5:
+        on the tiny pair at 4 slots it chose K = 1 over K = 2 (E(2) 2.35 at the prior, 2.72 measured) for two
+        warm-up runs and two timed ones, until explorations had measured position 2."""
+        if self._warm or not self.profiled:
+            return True
+        self._warm = bool((self.k_totals[0, :, 0] >= self.warm_reaches).all())
+        return self._warm
 
     def _neighbours_settled(self, k: int, rows: np.ndarray, seconds: np.ndarray, point: np.ndarray | None) -> bool:
         """Whether K = k's rate at its point estimate beats each neighbour K = k +- 1's optimistic rate (from

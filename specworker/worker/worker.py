@@ -15,7 +15,7 @@ from specworker.model_executor.layers.sampler import GREEDY_TEMPERATURE
 from specworker.model_executor.parallel import TensorParallel, init_tensor_parallel
 from specworker.sampling_params import SamplingParams
 from specworker.spec_decode.metrics import DraftLenStats, SpecDecodeStats
-from specworker.spec_decode.policy import SpeculationPolicy
+from specworker.spec_decode.policy import AdaptivePolicy, SpeculationPolicy
 from specworker.spec_decode.speculative_sampler import ReasoningConstraint
 from specworker.worker.block_manager import BlockManager
 from specworker.worker.model_runner import STEP_PHASES, ModelRunner, StepLogprobs, StepOutput
@@ -85,10 +85,24 @@ class Worker:
         self.blocks = BlockManager(config.scheduler.num_blocks, config.scheduler.block_size)
         self.scheduler = Scheduler(config, self.blocks)
         self.k = config.speculative_config.num_speculative_tokens
-        self.spec_stats = SpecDecodeStats(self.k) if self.k else None  # every finished or running request
         self.requests: dict[str, RequestState] = {}
         self._arrivals = 0
         self._warned_lossy = False  # one warning per worker (_warn_if_lossy)
+        self.reset_stats()
+        # the adaptive policy's step costs, measured before the first request (docs/adaptive.md, "Profiled step
+        # costs"); None: measured while serving
+        self.cost_profile = None
+        rounds = config.speculative_config.profile_rounds
+        if policy is None and isinstance(self.runner.policy, AdaptivePolicy) and rounds > 0:  # not an injected one
+            from specworker.worker.cost_profiling import profile_step_costs
+
+            self.cost_profile = profile_step_costs(self, rounds=rounds)
+            if self.cost_profile is not None:
+                self.runner.policy.use_profile(self.cost_profile)
+
+    def reset_stats(self) -> None:
+        """Step counts, phase seconds and speculation statistics back to zero (also after the cost profile)."""
+        self.spec_stats = SpecDecodeStats(self.k) if self.k else None  # every finished or running request
         self.num_steps = 0
         self.phase_seconds = dict.fromkeys(STEP_PHASES, 0.0)  # host wall time per step phase, summed
         self.draft_len_stats = DraftLenStats() if self.k else None  # the policy's choices, per batch size

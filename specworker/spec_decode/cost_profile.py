@@ -1,0 +1,203 @@
+"""The adaptive policy's step costs from a profile measured at worker start (docs/adaptive.md, "Profiled step
+costs"), instead of from the steps it serves: `CostProfile` (the table), `build_profile` (the table from measured
+steps), `ProfiledCosts` (what the policy reads: the StepCostModel interface) and `ProfilePolicy` (the policy that
+holds a set K while the profile is measured). Pure numpy; the run itself is specworker.worker.cost_profiling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from specworker.spec_decode.policy import PolicyStep, SpeculationPolicy
+from specworker.spec_decode.step_cost_model import StepCost
+
+__all__ = ["CostProfile", "ProfilePolicy", "ProfiledCosts", "ProfileRow", "build_profile", "profile_batch_sizes"]
+
+# a K's relative error where fewer than two rounds measured it (the policy's lower bound clips at 0.5)
+_UNKNOWN_ERROR = 0.5
+
+
+def profile_batch_sizes(max_num_seqs: int) -> list[int]:
+    """1, 2, 4, ... below max_num_seqs, then max_num_seqs: the batch sizes a profile measures."""
+    sizes = [1 << i for i in range(max(max_num_seqs, 1).bit_length()) if 1 << i < max_num_seqs]
+    return sizes + [max_num_seqs]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProfileRow:
+    """One steady step of the profile: the round it belongs to, the K held and the step's cost."""
+
+    round: int
+    k: int
+    cost: StepCost
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CostProfile:
+    """T(B, K) and its verify part V(B, K) at the batch sizes measured. T(B, K) = (median seconds of K = 0's steps
+    at B) x (median over rounds of K's mean seconds / K = 0's mean seconds in the same round): a round holds every
+    K a few steps, one after the other, so its ratios compare steps a second apart, and a load that moves between
+    rounds cancels."""
+
+    batch_sizes: np.ndarray  # [G] int64 ascending
+    seconds: np.ndarray  # [G, K + 1] T(B, K)
+    verify: np.ndarray  # [G, K + 1] V(B, K)
+    error: np.ndarray  # [G, K + 1] relative standard error of T(B, K) / T(B, 0) (0 at K = 0)
+    steps: np.ndarray  # [G, K + 1] int64 steady steps measured
+
+    @property
+    def k_max(self) -> int:
+        return self.seconds.shape[1] - 1
+
+    def to_dict(self) -> dict:
+        """Plain lists (run --json, bench.json)."""
+        return {"batch_sizes": self.batch_sizes.tolist(), "seconds": self.seconds.tolist(),
+                "verify": self.verify.tolist(), "error": self.error.tolist(), "steps": self.steps.tolist()}
+
+
+def build_profile(rows: list[ProfileRow], k_max: int) -> CostProfile | None:
+    """The profile of `rows` (steady steps), at each batch size where every K 0..k_max has a round that measured
+    both it and K = 0; None when no batch size has."""
+    sizes, seconds, verify, error, steps = [], [], [], [], []
+    for b in sorted({row.cost.num_slots for row in rows}):
+        at_b = [row for row in rows if row.cost.num_slots == b]
+        # per round and K: mean seconds and mean verify seconds of its steady steps
+        means: dict[tuple[int, int], tuple[float, float]] = {}
+        for key in {(row.round, row.k) for row in at_b}:
+            costs = [row.cost for row in at_b if (row.round, row.k) == key]
+            means[key] = (sum(c.seconds for c in costs) / len(costs), sum(c.verify_seconds for c in costs) / len(costs))
+        rounds = sorted({r for r, k in means if k == 0})
+        ratios = [[(means[r, k][0] / means[r, 0][0], means[r, k][1] / means[r, 0][1]) for r in rounds
+                   if (r, k) in means and means[r, 0][0] > 0 and means[r, 0][1] > 0] for k in range(k_max + 1)]
+        if any(not r for r in ratios):
+            continue
+        base = [row.cost for row in at_b if row.k == 0]
+        t0 = float(np.median([c.seconds for c in base]))
+        v0 = float(np.median([c.verify_seconds for c in base]))
+        sizes.append(b)
+        seconds.append([t0 * float(np.median([r[0] for r in ratios[k]])) for k in range(k_max + 1)])
+        verify.append([v0 * float(np.median([r[1] for r in ratios[k]])) for k in range(k_max + 1)])
+        error.append([_ratio_error([r[0] for r in ratios[k]]) if k else 0.0 for k in range(k_max + 1)])
+        steps.append([sum(row.k == k for row in at_b) for k in range(k_max + 1)])
+    if not sizes:
+        return None
+    return CostProfile(batch_sizes=np.array(sizes, dtype=np.int64), seconds=np.array(seconds),
+                       verify=np.array(verify), error=np.array(error), steps=np.array(steps, dtype=np.int64))
+
+
+def _ratio_error(ratios: list[float]) -> float:
+    """Relative standard error of the median of `ratios`: 1.4826 x the median absolute deviation of their logs
+    (the spread, robust to a load spike) x 1.25 (a median's efficiency) over sqrt(n)."""
+    if len(ratios) < 2:
+        return _UNKNOWN_ERROR
+    logs = np.log(ratios)
+    spread = 1.4826 * float(np.median(np.abs(logs - np.median(logs))))
+    return min(1.25 * spread / math.sqrt(len(ratios)), _UNKNOWN_ERROR)
+
+
+class ProfiledCosts:
+    """What the adaptive policy reads of step costs (StepCostModel's interface), from a CostProfile: T(B, 0) is
+    interpolated linearly in B between the measured batch sizes (a step's cost is near affine in B) and each K's
+    ratio to it linearly in ln B; beyond the measured sizes, the nearest. Nothing measured while serving moves it:
+    `add` only counts.
+
+    `fill` [K]: the share of steps allowed draft j that fed one (AdaptivePolicy keeps it): a lookup proposer finds
+    no draft in many steps, and a step allowed K drafts then costs what it feeds, T at n = sum_{j <= K} fill_j drafts
+    a slot, interpolated between the integer n the profile measured (MTP always drafts: fill 1).
+    """
+
+    profiled = True
+
+    def __init__(self, profile: CostProfile, *, bandwidth: float = 0.35):
+        self.profile = profile
+        self.bandwidth = bandwidth  # nearness()'s kernel width, as StepCostModel's
+        k = profile.k_max
+        # steps per K (the policy's evidence counts: every K is measured before the first request)
+        self.count: dict[int, int] = {i: int(profile.steps[:, i].sum()) for i in range(k + 1)}
+        self.observed: dict[int, int] = {}  # steady steps served per K (metrics; no effect on predictions)
+        self.fill = np.ones(k)
+        self._cache: dict[tuple[int, int, bytes], tuple[np.ndarray, np.ndarray]] = {}  # predict's, by fill
+        self._tables: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # B -> _at's
+
+    def add(self, k: int, cost: StepCost, *, replace_near: bool = False) -> None:
+        self.observed[k] = self.observed.get(k, 0) + 1
+
+    def nearness(self, batch: float, num_slots: int) -> float:
+        return math.exp(-math.log(max(batch, 1e-9) / max(num_slots, 1e-9)) ** 2 / (2 * self.bandwidth ** 2))
+
+    def _at(self, num_slots: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """([K + 1] T, [K + 1] V, [K + 1] error) at batch size num_slots, for integer K (cached: the drain objective
+        reads a dozen batch sizes per decision)."""
+        if num_slots not in self._tables:
+            self._tables[num_slots] = self._interpolate(num_slots)
+        return self._tables[num_slots]
+
+    def _interpolate(self, num_slots: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        p = self.profile
+        sizes = p.batch_sizes.astype(np.float64)
+        b = float(num_slots)
+        logs, at = np.log(sizes), math.log(max(b, 1.0))
+        t0, v0 = np.interp(b, sizes, p.seconds[:, 0]), np.interp(b, sizes, p.verify[:, 0])
+        t_ratio = np.array([np.interp(at, logs, p.seconds[:, k] / p.seconds[:, 0]) for k in range(p.k_max + 1)])
+        v_ratio = np.array([np.interp(at, logs, p.verify[:, k] / p.verify[:, 0]) for k in range(p.k_max + 1)])
+        error = np.array([np.interp(at, logs, p.error[:, k]) for k in range(p.k_max + 1)])
+        return t0 * t_ratio, v0 * v_ratio, error
+
+    def predict(self, num_slots: int, k_max: int) -> tuple[np.ndarray, np.ndarray]:
+        """([k_max + 1] T, [k_max + 1] V) seconds at batch size num_slots: K's drafts a slot at n_K = sum_{j <= K}
+        fill_j, between the profile's integer counts."""
+        key = (num_slots, k_max, self.fill.tobytes())
+        if key not in self._cache:
+            seconds, verify, _ = self._at(num_slots)
+            fed = np.concatenate([[0.0], np.cumsum(self.fill[:k_max])])  # [k_max + 1] n_K
+            counts = np.arange(self.profile.k_max + 1)
+            self._cache[key] = (np.interp(fed, counts, seconds), np.interp(fed, counts, verify))
+        return self._cache[key]
+
+    def predict_relative(self, num_slots: int, k_max: int) -> np.ndarray:
+        """predict's T: the profile's ratios are load-free already."""
+        return self.predict(num_slots, k_max)[0]
+
+    def support(self, num_slots: int, k_max: int) -> np.ndarray:
+        """Every K rests on measured steps at every batch size (the profile's)."""
+        return np.full(k_max + 1, math.inf)
+
+    def relative_error(self, num_slots: int, k_max: int) -> np.ndarray:
+        """[k_max + 1] relative standard error of T(B, K) / T(B, 0) from the profile's rounds (0 at K = 0)."""
+        return self._at(num_slots)[2][:k_max + 1]
+
+    def set_fill(self, fill: np.ndarray) -> None:
+        """The share of steps allowed draft j that fed one, [K] in [0, 1], kept to 0.01 (a step's cost is not known
+        closer, and each new value is a new prediction); the predictions follow it."""
+        fill = np.clip(np.round(np.asarray(fill, dtype=np.float64), 2), 0.0, 1.0)
+        if not np.array_equal(fill, self.fill):
+            self.fill = fill
+            if len(self._cache) > 256:
+                self._cache.clear()
+
+
+class ProfilePolicy(SpeculationPolicy):
+    """Every live slot gets `k` drafts (set by the profiling run between steps); each steady step (its K equal to
+    the previous step's: the cycle then holds K's substeps and K's verify tokens) is kept as a ProfileRow of the
+    round that was current when its K was chosen. Follows no slot moves: the profile's requests are greedy and
+    carry no override."""
+
+    def __init__(self, num_slots: int, k_max: int):
+        super().__init__(num_slots, k_max)
+        self.k, self.round = 0, 0
+        self.rows: list[ProfileRow] = []
+        self._recent: list[tuple[int, int]] = []  # (K, round) of the last two choices, newest last
+
+    def forget(self) -> None:
+        """No steady step spans what comes next (a fresh batch of requests)."""
+        self._recent = []
+
+    def _choose(self, step: PolicyStep) -> int:
+        recent = self._recent
+        if step.cost is not None and len(recent) == 2 and recent[0][0] == recent[1][0] and step.cost.num_slots > 0:
+            self.rows.append(ProfileRow(round=recent[1][1], k=recent[1][0], cost=step.cost))
+        self._recent = (recent + [(self.k, self.round)])[-2:]
+        return self.k

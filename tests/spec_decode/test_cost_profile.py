@@ -1,0 +1,177 @@
+"""The adaptive policy's profiled step costs (docs/adaptive.md, "Profiled step costs"): the profile's batch sizes,
+its table from measured steps (round ratios, medians), the interpolation the policy reads, the profile policy's
+steady rows, and the adaptive policy on a profile (warm-up of every K's acceptance, no probes, choices by the
+profile's costs)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from specworker.spec_decode.cost_profile import (CostProfile, ProfilePolicy, ProfiledCosts, ProfileRow, build_profile,
+                                                 profile_batch_sizes)
+from specworker.spec_decode.policy import AdaptivePolicy, PolicyStep
+from specworker.spec_decode.step_cost_model import StepCost
+
+
+@pytest.mark.parametrize("max_num_seqs, sizes", [(1, [1]), (2, [1, 2]), (4, [1, 2, 4]), (6, [1, 2, 4, 6]),
+                                                 (64, [1, 2, 4, 8, 16, 32, 64])])
+def test_profile_batch_sizes(max_num_seqs, sizes):
+    assert profile_batch_sizes(max_num_seqs) == sizes
+
+
+def _true_cost(b, k):
+    return 0.004 + 0.0005 * b * (k + 1) + 0.002 * k
+
+
+def _rows(sizes, k_max, rounds, load=lambda r: 1.0, spike=None, steps=2):
+    """Steady rows of `rounds` rounds at each size: K's true cost x the round's load (x 3 for `spike` = (B, round,
+    K)); verify seconds 0.6 of it."""
+    rows = []
+    for b in sizes:
+        for r in range(rounds):
+            for k in range(k_max + 1):
+                factor = load(r) * (3.0 if spike == (b, r, k) else 1.0)
+                for _ in range(steps):
+                    t = _true_cost(b, k) * factor
+                    rows.append(ProfileRow(round=r, k=k, cost=StepCost(num_slots=b, num_drafts=b * k, num_substeps=k,
+                                                                       seconds=t, verify_seconds=0.6 * t)))
+    return rows
+
+
+def test_build_profile_reads_ratios_within_rounds_so_load_between_rounds_cancels():
+    # the load doubles every round: seconds as measured spread 32x, the ratios within a round do not
+    profile = build_profile(_rows([1, 2, 4], 3, 6, load=lambda r: 2.0 ** r), 3)
+    truth = np.array([[_true_cost(b, k) for k in range(4)] for b in (1, 2, 4)])
+    assert profile.batch_sizes.tolist() == [1, 2, 4]
+    np.testing.assert_allclose(profile.seconds / profile.seconds[:, :1], truth / truth[:, :1], rtol=1e-12)
+    np.testing.assert_allclose(profile.verify / profile.verify[:, :1], truth / truth[:, :1], rtol=1e-12)
+    assert (profile.error == 0).all()  # every round read the same ratio
+    assert profile.steps.tolist() == [[12] * 4] * 3
+    assert profile.k_max == 3
+    assert set(profile.to_dict()) == {"batch_sizes", "seconds", "verify", "error", "steps"}
+
+
+def test_build_profile_median_outvotes_a_load_spike():
+    clean = build_profile(_rows([4], 2, 5), 2)
+    spiked = build_profile(_rows([4], 2, 5, spike=(4, 2, 1)), 2)
+    np.testing.assert_allclose(spiked.seconds, clean.seconds, rtol=1e-12)
+    assert spiked.error[0].tolist() == [0.0, 0.0, 0.0]  # nor its spread (a median absolute deviation)
+
+
+def test_build_profile_error_is_the_spread_of_the_round_ratios():
+    rows = [ProfileRow(round=r.round, k=r.k, cost=StepCost(
+        num_slots=4, num_drafts=0, num_substeps=0, verify_seconds=r.cost.verify_seconds,
+        seconds=r.cost.seconds * (1 + 0.1 * r.round if r.k == 1 else 1.0))) for r in _rows([4], 1, 5)]
+    profile = build_profile(rows, 1)
+    ratios = _true_cost(4, 1) / _true_cost(4, 0) * (1 + 0.1 * np.arange(5))
+    assert profile.seconds[0, 1] / profile.seconds[0, 0] == pytest.approx(np.median(ratios))
+    logs = np.log(ratios)
+    assert profile.error[0, 1] == pytest.approx(1.25 * 1.4826 * np.median(np.abs(logs - np.median(logs))) / np.sqrt(5))
+
+
+def test_build_profile_drops_a_batch_size_a_k_is_missing_at():
+    rows = [r for r in _rows([1, 2], 2, 3) if not (r.cost.num_slots == 2 and r.k == 2)]
+    profile = build_profile(rows, 2)
+    assert profile.batch_sizes.tolist() == [1]
+    assert build_profile([r for r in rows if r.cost.num_slots == 2], 2) is None
+    assert build_profile([], 2) is None
+
+
+def test_build_profile_error_of_a_single_round_is_unknown():
+    profile = build_profile(_rows([1], 1, 1), 1)
+    assert profile.error[0].tolist() == [0.0, 0.5]
+
+
+def _profile(sizes, table):
+    seconds = np.array(table, dtype=np.float64)
+    return CostProfile(batch_sizes=np.array(sizes), seconds=seconds, verify=0.5 * seconds,
+                       error=np.tile([0.0, 0.1, 0.2], (len(sizes), 1)), steps=np.full(seconds.shape, 6))
+
+
+def test_profiled_costs_interpolate_t0_in_b_and_ratios_in_log_b():
+    costs = ProfiledCosts(_profile([1, 4, 16], [[1.0, 2.0, 3.0], [2.0, 3.0, 4.0], [5.0, 10.0, 20.0]]))
+    seconds, verify = costs.predict(4, 2)
+    np.testing.assert_allclose(seconds, [2.0, 3.0, 4.0])  # a measured size: as measured
+    np.testing.assert_allclose(verify, 0.5 * seconds)
+    seconds, _ = costs.predict(2, 2)  # T0 halfway in B between 1 and 4 (1/3 of the way); ratios halfway in ln B
+    t0 = 1.0 + (2 - 1) / (4 - 1) * (2.0 - 1.0)
+    np.testing.assert_allclose(seconds, t0 * np.array([1.0, (2.0 + 1.5) / 2, (3.0 + 2.0) / 2]))
+    np.testing.assert_allclose(costs.predict(64, 2)[0], [5.0, 10.0, 20.0])  # beyond: the nearest
+    np.testing.assert_allclose(costs.predict_relative(4, 2), [2.0, 3.0, 4.0])
+    np.testing.assert_allclose(costs.predict(4, 1)[0], [2.0, 3.0])  # k_max below the profile's
+    assert (costs.support(4, 2) == math.inf).all()
+    np.testing.assert_allclose(costs.relative_error(4, 2), [0.0, 0.1, 0.2])
+    assert costs.count == {0: 18, 1: 18, 2: 18}
+    assert costs.nearness(4, 4) == 1.0 and costs.nearness(8, 4) < 0.5
+
+
+def test_profiled_costs_follow_the_share_of_drafts_fed():
+    costs = ProfiledCosts(_profile([1], [[1.0, 2.0, 4.0]]))
+    costs.set_fill(np.array([0.5, 0.5]))  # K = 1 feeds 0.5 drafts a slot, K = 2 one
+    np.testing.assert_allclose(costs.predict(1, 2)[0], [1.0, 1.5, 2.0])
+    costs.set_fill(np.array([1.0, 1.0]))
+    np.testing.assert_allclose(costs.predict(1, 2)[0], [1.0, 2.0, 4.0])
+    costs.add(1, StepCost(num_slots=1, num_drafts=1, num_substeps=1, seconds=9.0))  # counted, not used
+    assert costs.observed == {1: 1} and costs.predict(1, 2)[0][1] == 2.0
+
+
+def _step(live, cost=None, drafted=None, emitted=None):
+    n = len(live)
+    return PolicyStep(live=np.array(live), drafted=np.zeros(n, np.int64) if drafted is None else np.array(drafted),
+                      emitted=np.ones(n, np.int64) if emitted is None else np.array(emitted), cost=cost)
+
+
+def test_profile_policy_keeps_steady_steps_under_the_round_that_chose_them():
+    policy = ProfilePolicy(2, 2)
+    plan = [(0, 0), (0, 0), (2, 0), (2, 0), (2, 1), (1, 1), (1, 1), (0, -1)]  # (K, round) chosen at each step
+    out = []
+    for i, (k, r) in enumerate(plan):
+        policy.k, policy.round = k, r
+        cost = None if i == 0 else StepCost(num_slots=2, num_drafts=0, num_substeps=0, seconds=float(i))
+        out.append(policy.choose(_step([True, False], cost)).tolist())
+    assert out[2] == [2, 2]  # a live slot gets K, one not live its cap
+    # step i's cost (seconds i) is the cycle of the step chosen at i - 1, steady when choices i - 2 and i - 1 agree
+    assert [(row.round, row.k, row.cost.seconds) for row in policy.rows] == [(0, 0, 2.0), (0, 2, 4.0), (1, 2, 5.0),
+                                                                             (1, 1, 7.0)]
+
+
+def _adaptive(k_max=2, profile=None, num_slots=4):
+    policy = AdaptivePolicy(num_slots, k_max)
+    policy.use_profile(profile if profile is not None else
+                       _profile([1, 4], [[1.0, 1.1, 1.2], [1.0, 1.1, 1.2]]))
+    return policy
+
+
+def _run(policy, steps, live, accept=0.9, seed=0):
+    """Steps where each draft is accepted with probability `accept`; returns the batch K chosen each step."""
+    rng = np.random.default_rng(seed)
+    live = np.array(live)
+    allowed = np.zeros(len(live), np.int64)
+    ks = []
+    for _ in range(steps):
+        accepted = np.array([int(np.argmin(np.append(rng.random(a) < accept, False))) for a in allowed])
+        emitted = np.where(live, accepted + 1, 0)
+        allowed = policy.choose(_step(live, drafted=np.where(live, allowed, 0), emitted=emitted))
+        allowed = np.where(live, allowed, 0)
+        ks.append(int(allowed.max()))
+    return ks
+
+
+def test_adaptive_on_a_profile_first_measures_each_k_then_chooses_by_the_profile():
+    cheap = _adaptive()  # drafts nearly free: K = 2
+    ks = _run(cheap, 60, [True] * 4)
+    assert ks[:4] == [1, 1, 2, 2]  # warm-up: the K with the fewest anchored verifications, held 2 steps
+    assert cheap._acceptance_warm() and (cheap.k_reaches[:, 0] >= cheap.warm_reaches).all()
+    assert ks[-10:] == [2] * 10
+    dear = _adaptive(profile=_profile([1, 4], [[1.0, 3.0, 6.0], [1.0, 3.0, 6.0]]))  # drafts 3x: K = 0
+    assert _run(dear, 60, [True] * 4)[-10:] == [0] * 10
+
+
+def test_adaptive_on_a_profile_never_probes_a_draftless_batch_size():
+    policy = _adaptive(profile=_profile([1, 4], [[1.0, 3.0, 6.0], [1.0, 3.0, 6.0]]))
+    _run(policy, 400, [True] * 4)  # evidence: K = 0 settled
+    settled, _ = policy._no_drafts_verdict(4, None)
+    assert settled
+    policy.clock += 10 * policy.probe_interval  # long after any K >= 1 step: an unprofiled policy would probe now
+    assert policy._probed(4, True, 1) and policy.probe is None and policy.num_probes == 0
