@@ -53,7 +53,7 @@ class CostProfile:
         return self.seconds.shape[1] - 1
 
     def to_dict(self) -> dict:
-        """Plain lists (run --json, bench.json)."""
+        """Plain lists (bench.json)."""
         return {"batch_sizes": self.batch_sizes.tolist(), "seconds": self.seconds.tolist(),
                 "verify": self.verify.tolist(), "error": self.error.tolist(), "steps": self.steps.tolist()}
 

@@ -150,8 +150,9 @@ class AdaptivePolicy(SpeculationPolicy):
     a slot k drafts scales it by r_kj = p_kj / p_j, p_kj the worker's acceptance at position j in steps whose previous
     step allowed k drafts, shrunk to p_j with weight `k_prior_weight`: where a step of k drafts leaves the next step's
     anchor depends on k, and so does the acceptance that anchor sees (docs/adaptive.md).
-    Cost: T(B, K) and its verify part V from StepCostModel: per K, a local linear fit in B of the measured wall
-    seconds of recent steady decode steps.
+    Cost: T(B, K) and its verify part V from a profile measured at worker start (use_profile: ProfiledCosts), or,
+    without one, from StepCostModel: per K, a local linear fit in B of the measured wall seconds of recent steady
+    decode steps.
     Exploration: until every K has `need` observations of a step whose K equals the previous step's, the least
     observed K is held for `hold` steps (so K = 0..k_max take turns and load drift hits them all); afterwards a
     neighbour of the current K
