@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from specworker.spec_decode.policy import PolicyStep, SpeculationPolicy
-from specworker.spec_decode.step_cost_model import StepCost
+from specworker.spec_decode.step_cost_model import StepCost, StepCostModel
 
 __all__ = ["CostProfile", "ProfilePolicy", "ProfiledCosts", "ProfileRow", "build_profile", "profile_batch_sizes"]
 
@@ -125,8 +125,7 @@ class ProfiledCosts:
     def add(self, k: int, cost: StepCost, *, replace_near: bool = False) -> None:
         self.observed[k] = self.observed.get(k, 0) + 1
 
-    def nearness(self, batch: float, num_slots: int) -> float:
-        return math.exp(-math.log(max(batch, 1e-9) / max(num_slots, 1e-9)) ** 2 / (2 * self.bandwidth ** 2))
+    nearness = StepCostModel.nearness  # the same kernel weight (it reads only `bandwidth`)
 
     def _at(self, num_slots: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """([K + 1] T, [K + 1] V, [K + 1] error) at batch size num_slots, for integer K (cached: the drain objective

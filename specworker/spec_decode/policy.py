@@ -432,7 +432,7 @@ class AdaptivePolicy(SpeculationPolicy):
         # it to a few numpy calls (counting each step cost ~0.07 ms inside a running worker, 1% of a 6.5 ms step).
         # The factor is the decay this step's counting applies to the counts before it.
         self._queued.append((allowed, emitted, self.prev_allowed, self.pending_decay * self.decay,
-                             step.drafted.copy()))
+                             step.drafted.copy() if self.profiled else None))  # drafted: for the fill only
         self.pending_decay = 1.0
         self.prev_allowed = np.where(emitted > 0, allowed, 0)
         self._observe_cost(step)

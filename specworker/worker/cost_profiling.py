@@ -77,8 +77,9 @@ def profile_step_costs(worker, *, rounds: int, hold: int = 3) -> CostProfile | N
         for size in sizes:
             _measure(worker, probe, size, rounds, hold)
     finally:
+        # (aborting the last requests emptied the batch: ModelRunner.clear_slot drops the last step's cost, so the
+        # first served step's does not span the profile)
         runner.policy, runner.proposer = own_policy, own_proposer
-        runner._last_step = None  # the next step's cost must not span the profile
         worker.reset_stats()
     rows = [row for row in probe.rows if row.cost.num_slots in sizes]
     profile = build_profile(rows, k_max)
@@ -126,10 +127,11 @@ def _measure(worker, probe: ProfilePolicy, size: int, rounds: int, hold: int) ->
 
 
 def _abort(worker, ids: list[str]) -> None:
+    """Aborts the profile's requests. The batch is then empty, so ModelRunner.clear_slot drops the last step's cost:
+    no step cost spans the bookkeeping between batches."""
     for req_id in ids:
         if req_id in worker.requests:
             worker.abort(req_id)
-    worker.runner._last_step = None  # no step cost spans the bookkeeping between batches
 
 
 def _admit(worker, probe: ProfilePolicy, size: int, batch: int, prompt: list[int],
