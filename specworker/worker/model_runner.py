@@ -165,9 +165,13 @@ class ModelRunner:
 
     def _logit_row_bound(self) -> int:
         """Logit rows this step needs at most (ForwardMeta.logit_rows): 1 per slot given a prefill chunk, the
-        decode bound for every other occupied slot (paused ones included: a bound, not a count)."""
+        decode bound for every other occupied slot that is not paused. A paused slot (a prompt waiting for token
+        budget, a preempted request) feeds nothing: pause writes seq_lens_this_time = 0 and only the host writes
+        is_block_step, so its mirror is exact. Counting it at 1 + k_b (the policy's cap for a slot that does not
+        decode) put 3-4x the rows through the lm_head and the sampler while a batch's prompts were admitted."""
+        paused = self.share_inputs["is_block_step_cpu"].numpy()
         decode = [slot for slot, req_id in enumerate(self.input_batch.req_ids)
-                  if req_id is not None and slot not in self._prefill_slots]
+                  if req_id is not None and slot not in self._prefill_slots and not paused[slot]]
         return len(self._prefill_slots) + self.decode_token_bound(decode)
 
     # ---- the step ----

@@ -2,6 +2,8 @@
 T_out (docs/spec.md §4.3): a decode step whose slots feed one token each costs the lm_head and the sampler of
 those rows, not of the k + 1 capacity per slot, and the output is the same tokens."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -42,3 +44,27 @@ def test_logit_rows_follow_the_tokens_fed_not_the_capacity(policy, schedule, row
     assert full, f"no step with 4 running decode slots: {calls}"
     assert all(rows <= capacity for rows, capacity in calls)
     assert max(rows for rows, _ in calls) == 4 * rows_per_slot  # never the capacity when k_b = 0
+
+
+def test_paused_slots_add_no_logit_rows():
+    """Prompts longer than the token budget are admitted over several steps; the slots waiting for budget are
+    paused and feed nothing, so they add no logit row (they were counted at 1 + k_b, the policy's cap: 13 rows
+    for one prompt chunk and three waiting prompts under k = 3). Every step's rows stay within 1 + 3 per slot
+    that feeds tokens, and the output is the non-speculative one."""
+    reqs = random_requests(6, seed=5, max_prompt=40, max_tokens=(8, 16))
+    reqs = [dataclasses.replace(r, prompt=(r.prompt * 3)[:30 + i]) for i, r in enumerate(reqs)]  # 30-35 tokens
+    worker = Worker(make_config("mtp", k=3, steps=3, policy="fixed", max_num_batched_tokens=16))
+    runner, steps = worker.runner, []
+    pre_process = runner._pre_process
+
+    def record_meta(token_num):
+        meta = pre_process(token_num)  # its logit_rows: the rows the lm_head and the sampler run over
+        fed = runner._buffers.seq_lens_this_time.numpy()  # a test may read the device
+        steps.append((meta.logit_rows, int((fed > 0).sum())))
+        return meta
+
+    runner._pre_process = record_meta
+    out = drive(worker, reqs)
+    assert out == drive(Worker(make_config(max_num_batched_tokens=16)), reqs)
+    assert steps[0] == (1, 1), f"first step: one prompt chunk, the other slots paused: {steps[:4]}"
+    assert all(rows <= 4 * feeding for rows, feeding in steps), steps
