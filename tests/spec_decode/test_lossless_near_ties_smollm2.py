@@ -2,9 +2,11 @@
 decoding passes a near tie (top-2 logit gap < 1e-4, found by tools/find_near_ties.py;
 tests/data/near_ties_smollm2.json). SmolLM2 has no MTP head, so the speculative side drafts with the oracle
 (every draft accepted: verify steps of k + 1 rows per request, several requests per step). The control swaps
-every call of the batch-invariant linear for paddle.matmul and shows the same comparison then fails. The comparison
-covers each token's logprob and top-2 logprobs too: at SmolLM2's gaps (none under 1e-5 in 65k steps) the matmul's
-drift of the top-2 gap between a 1-row and an 8-row call (5e-6 to 3e-5) flips no token, but it changes the logprobs."""
+every call of the batch-invariant linear for test_lossless_near_ties' row-count dependent one (paddle.matmul, its K
+sum split in two from 8 rows on) and shows the same comparison then fails. The comparison covers each token's logprob
+and top-2 logprobs too: at SmolLM2's gaps (none under 1e-5 in 65k steps) a BLAS's drift of the top-2 gap between a
+1-row and an 8-row call (paddle.matmul's own, where it had one: 5e-6 to 3e-5) flips no token, but it changes the
+logprobs."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from tests.worker.worker_harness import Req, drive
 DATA = json.loads((Path(__file__).resolve().parents[1] / "data" / "near_ties_smollm2.json").read_text())
 CASES = DATA["cases"]
 SCHEDULER = dict(max_num_seqs=8, max_model_len=128, block_size=16, num_blocks=64, max_num_batched_tokens=64)
-MIN_BATCHED_ROWS = 8  # paddle.matmul rounds a row one way in calls of < 8 rows, another in calls of >= 8:
+MIN_BATCHED_ROWS = 8  # the control's linear rounds a row one way in calls of < 8 rows, another in calls of >= 8:
 # k + 1 <= 4 rows, so a verify step reaches 8 only with several requests in it
 
 
@@ -144,6 +146,6 @@ def test_smollm2_control_non_invariant_matmul_breaks_losslessness(model, monkeyp
     spec, _ = _batched_oracle(model, base, 3, seed=34)
     tokens_differ = [r for r in base if [t[0] for t in base[r]] != [t[0] for t in spec[r]]]
     differing = [r for r in base if base[r] != spec[r]]
-    print(f"control: {len(differing)} of {len(base)} SmolLM2 near-tie requests differ with paddle.matmul "
-          f"({len(tokens_differ)} in their tokens, the rest in logprobs only)")
-    assert differing, "with paddle.matmul the end-to-end comparison should see drift at the near ties"
+    print(f"control: {len(differing)} of {len(base)} SmolLM2 near-tie requests differ with a row-count dependent "
+          f"linear ({len(tokens_differ)} in their tokens, the rest in logprobs only)")
+    assert differing, "with a row-count dependent linear the end-to-end comparison should see drift at the near ties"
