@@ -1,16 +1,18 @@
 """The adaptive policy's profiled step costs (docs/adaptive.md, "Profiled step costs"): the profile's batch sizes,
 its table from measured steps (round ratios, medians), the interpolation the policy reads, the profile policy's
 steady rows, and the adaptive policy on a profile (warm-up of every K's acceptance, no probes, choices by the
-profile's costs)."""
+profile's costs, demotion of a batch that keeps choosing K = 0)."""
 
 import math
 
 import numpy as np
 import pytest
 
+from specworker.config import SpeculativeConfig
+from specworker.slot_request import SlotRequest
 from specworker.spec_decode.cost_profile import (CostProfile, ProfilePolicy, ProfiledCosts, ProfileRow, build_profile,
                                                  profile_batch_sizes)
-from specworker.spec_decode.policy import AdaptivePolicy, PolicyStep
+from specworker.spec_decode.policy import AdaptivePolicy, PolicyStep, build_policy
 from specworker.spec_decode.step_cost_model import StepCost
 
 
@@ -175,3 +177,34 @@ def test_adaptive_on_a_profile_never_probes_a_draftless_batch_size():
     assert settled
     policy.clock += 10 * policy.probe_interval  # long after any K >= 1 step: an unprofiled policy would probe now
     assert policy._probed(4, True, 1) and policy.probe is None and policy.num_probes == 0
+
+
+@pytest.mark.parametrize("demote_after", [0, 2])
+def test_adaptive_on_a_profile_demotes_a_batch_that_keeps_choosing_k0(demote_after):
+    """Drafts cost 3x (K = 0 wins): once `demote_after` exploitation decisions in a row chose K = 0 on enough
+    evidence, the live slots become draft-less and no step explores again; with demotion off (0, lookup proposers)
+    a neighbour is still explored. A slot that is not live keeps its cap, and a request that replaces a demoted one
+    may draft."""
+    policy = AdaptivePolicy(4, 2, demote_after=demote_after)
+    policy.use_profile(_profile([1, 4], [[1.0, 3.0, 6.0], [1.0, 3.0, 6.0]]))
+    live = [True, True, True, False]
+    ks = _run(policy, 400, live)  # the worker totals reach admit_min_reaches from explorations, after ~200 steps
+    assert policy.total_reaches[0] >= policy.admit_min_reaches
+    if demote_after:
+        assert policy.draftless.tolist() == live and policy.cap.tolist() == [0, 0, 0, 2]
+        assert policy.num_demoted == 3
+        last = max(i for i, k in enumerate(ks) if k > 0)
+        assert last < 300 and ks[last + 1:] == [0] * (len(ks) - last - 1)
+        policy.on_clear(0)
+        policy.on_insert(0, SlotRequest(req_id="r", prompt_token_ids=[1], max_tokens=4, temperature=0.0))
+        assert policy.may_draft(0) and not policy.draftless[0]
+    else:
+        assert not policy.draftless.any() and policy.num_demoted == 0
+        assert any(k > 0 for k in ks[300:])  # explorations go on
+
+
+def test_build_policy_demotes_only_for_a_draft_model():
+    mtp = SpeculativeConfig(method="mtp", num_speculative_tokens=2, num_model_steps=2, policy="adaptive",
+                            model="builtin:tiny-mtp")
+    ngram = SpeculativeConfig(method="ngram", num_speculative_tokens=2, policy="adaptive")
+    assert build_policy(mtp, 4).demote_after == 2 and build_policy(ngram, 4).demote_after == 0
