@@ -169,7 +169,8 @@ class AdaptivePolicy(SpeculationPolicy):
     draft-less slots files no K >= 1 cost (it drafted for fewer slots than T(B, K) assumes); so admission probes a
     settled K = 0 once no K >= 1 cost was filed near the batch size for `probe_after` steps (doubling up to
     `probe_max` while probes leave it settled): the batch is admitted with drafts and holds the nearest K >= 1 for
-    `probe_hold` steps (_probed).
+    `probe_hold` steps (_probed). Demotion (`demote_after`, profiled costs, MTP): a batch whose exploitation
+    decisions keep choosing K = 0 becomes draft-less (_demote).
     """
 
     reads_remaining = True
