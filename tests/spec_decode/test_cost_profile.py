@@ -145,8 +145,9 @@ def _adaptive(k_max=2, profile=None, num_slots=4):
     return policy
 
 
-def _run(policy, steps, live, accept=0.9, seed=0):
-    """Steps where each draft is accepted with probability `accept`; returns the batch K chosen each step."""
+def _run(policy, steps, live, accept=0.9, seed=0, until=None):
+    """Steps where each draft is accepted with probability `accept` (at most `steps`; fewer once until(policy) holds);
+    returns the batch K chosen each step."""
     rng = np.random.default_rng(seed)
     live = np.array(live)
     allowed = np.zeros(len(live), np.int64)
@@ -157,6 +158,8 @@ def _run(policy, steps, live, accept=0.9, seed=0):
         allowed = policy.choose(_step(live, drafted=np.where(live, allowed, 0), emitted=emitted))
         allowed = np.where(live, allowed, 0)
         ks.append(int(allowed.max()))
+        if until is not None and until(policy):
+            break
     return ks
 
 
@@ -208,3 +211,14 @@ def test_build_policy_demotes_only_for_a_draft_model():
                             model="builtin:tiny-mtp")
     ngram = SpeculativeConfig(method="ngram", num_speculative_tokens=2, policy="adaptive")
     assert build_policy(mtp, 4).demote_after == 2 and build_policy(ngram, 4).demote_after == 0
+
+
+def test_adaptive_on_a_profile_warms_position_2_of_k2_and_up():
+    """K >= 2's choice turns on position 2, reached only after position 1 is accepted: the acceptance warm-up lasts
+    until each K >= 2 anchored `warm_reaches` verifications of position 2 (K = 1: of position 1). At acceptance 0.5
+    that takes about twice the K = 2 steps position 1 alone needs."""
+    policy = _adaptive(num_slots=1)
+    _run(policy, 400, [True], accept=0.5, until=AdaptivePolicy._acceptance_warm)
+    reaches = policy.k_reaches
+    assert policy._warm and reaches[0, 0] >= policy.warm_reaches and (reaches[1:, 1] >= policy.warm_reaches).all()
+    assert reaches[1:, 0].min() > 1.5 * policy.warm_reaches  # position 1 alone would have stopped at warm_reaches
