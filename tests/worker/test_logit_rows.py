@@ -52,7 +52,7 @@ def test_paused_slots_add_no_logit_rows():
     for one prompt chunk and three waiting prompts under k = 3). Every step's rows stay within 1 + 3 per slot
     that feeds tokens, and the output is the non-speculative one."""
     reqs = random_requests(6, seed=5, max_prompt=40, max_tokens=(8, 16))
-    reqs = [dataclasses.replace(r, prompt=(r.prompt * 3)[:30 + i]) for i, r in enumerate(reqs)]  # 30-35 tokens
+    reqs = [dataclasses.replace(r, prompt=(r.prompt * 30)[:30 + i]) for i, r in enumerate(reqs)]  # 30-35 tokens
     worker = Worker(make_config("mtp", k=3, steps=3, policy="fixed", max_num_batched_tokens=16))
     runner, steps = worker.runner, []
     pre_process = runner._pre_process
