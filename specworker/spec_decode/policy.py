@@ -627,20 +627,23 @@ class AdaptivePolicy(SpeculationPolicy):
         self._back_off_decisions(best, k_b)
         self.last_k = best
         self._decided = k_b
-        self._demote(best, live)
+        self._demote(best, live, step.remaining)
         return k_b
 
-    def _demote(self, best: int, live: np.ndarray) -> None:
-        """After `demote_after` exploitation decisions of K = 0 in a row (profiled costs, acceptance warm, the worker
-        totals holding `admit_min_reaches` verifications of position 1: the point estimates rest on evidence), the live
-        slots that may still draft become draft-less, as if admitted so: no more explorations, and the no-drafts fast
-        path. Admission settles K = 0 only at its optimistic bounds, since a draft-less request cannot draft later; a
-        batch admitted with drafts whose point estimates then keep choosing K = 0 paid for each exploration of K = 1
-        (tiny pair, 16 slots, MTP: 6 of 94 steps at 1.8x the cost, adaptive 0.89-0.94x of `none`, 0.95-0.97x with no
-        explorations). Off (0) for lookup proposers, whose acceptance follows the text a request has reached."""
+    def _demote(self, best: int, live: np.ndarray, remaining: np.ndarray | None) -> None:
+        """After `demote_after` exploitation decisions of K = 0 in a row, where K = 0 is also settled for the live batch
+        as admission judges it (_no_drafts_verdict: at the optimistic acceptance and the costs' lower bound, on the
+        drain objective when the batch drains), the live slots that may still draft become draft-less, as if admitted
+        so: no more explorations, and the no-drafts path of choose. Profiled costs only. The point estimates alone
+        are not enough: on SmolLM2's MTP head at 4 slots they read D(1) / D(0) = 1.045, two decisions demoted the
+        batch, and every later batch ran K = 0 (1.00x of `none`, where fixed k = 1 read 1.00-1.22x). A batch admitted
+        with drafts whose decisions then keep choosing K = 0 pays for every exploration of K = 1 (tiny pair, 16 slots,
+        MTP: 6 of 94 steps at 1.8x the cost). Off (0) for lookup proposers, whose acceptance follows the text a request
+        has reached."""
         self.zero_decisions = self.zero_decisions + 1 if best == 0 else 0
-        if (not self.demote_after or self.zero_decisions < self.demote_after or not self.profiled
-                or self.total_reaches[0] < self.admit_min_reaches):
+        if not self.demote_after or self.zero_decisions < self.demote_after or not self.profiled:
+            return
+        if not self._no_drafts_verdict(int(live.sum()), remaining)[0]:
             return
         rows = live & (self.cap > 0)  # live: not pinned
         self.cap[rows] = 0
