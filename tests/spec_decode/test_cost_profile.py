@@ -222,3 +222,17 @@ def test_adaptive_on_a_profile_warms_position_2_of_k2_and_up():
     reaches = policy.k_reaches
     assert policy._warm and reaches[0, 0] >= policy.warm_reaches and (reaches[1:, 1] >= policy.warm_reaches).all()
     assert reaches[1:, 0].min() > 1.5 * policy.warm_reaches  # position 1 alone would have stopped at warm_reaches
+
+
+def test_adaptive_on_a_profile_demotes_only_where_k0_is_settled():
+    """K = 1 costs 1.5x and position 1 is accepted half the time: the point estimates choose K = 0 by a hair, but
+    at the optimistic acceptance K = 1 is within the switch margin, so admission would not settle K = 0 and the
+    batch is not demoted: it keeps exploring."""
+    policy = AdaptivePolicy(4, 1, demote_after=2)
+    policy.use_profile(CostProfile(batch_sizes=np.array([1, 4]), seconds=np.array([[1.0, 1.5], [1.0, 1.5]]),
+                                   verify=np.array([[0.5, 0.75], [0.5, 0.75]]), error=np.zeros((2, 2)),
+                                   steps=np.full((2, 2), 6)))
+    ks = _run(policy, 300, [True] * 4, accept=0.5)
+    assert policy.zero_decisions >= 2 and policy.total_reaches[0] >= policy.admit_min_reaches
+    assert not policy._no_drafts_verdict(4, None)[0]
+    assert policy.num_demoted == 0 and any(k > 0 for k in ks[200:])
