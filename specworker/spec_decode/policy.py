@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import numpy as np
 
@@ -54,6 +55,16 @@ def expected_tokens(accept: np.ndarray) -> np.ndarray:
     """
     reach = np.cumprod(accept, axis=1)  # [N, K]: P(draft j accepted)
     return 1.0 + np.concatenate([np.zeros((accept.shape[0], 1)), np.cumsum(reach, axis=1)], axis=1)
+
+
+def expected_excess(mean: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """E[max(X, 0)] for X ~ Normal(mean, sd^2), elementwise: mean Phi(mean / sd) + sd phi(mean / sd); max(mean, 0)
+    where sd is 0. Example: mean 0, sd 1 -> 0.399."""
+    mean, sd = np.asarray(mean, dtype=np.float64), np.asarray(sd, dtype=np.float64)
+    z = np.clip(mean / np.maximum(sd, 1e-300), -40.0, 40.0)
+    cdf = 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
+    pdf = np.exp(-0.5 * z ** 2) / math.sqrt(2.0 * math.pi)
+    return np.where(sd > 0, mean * cdf + sd * pdf, np.maximum(mean, 0.0))
 
 
 @functools.lru_cache(maxsize=64)
@@ -376,19 +387,25 @@ class AdaptivePolicy(SpeculationPolicy):
         return False
 
     def _no_drafts_verdict(self, num_slots: int, remaining: np.ndarray | None) -> tuple[bool, int]:
-        """(settled, the K >= 1 nearest to K = 0). K = 0 is settled at batch size num_slots: every K has `need` steady
-        observations, with a summed kernel weight >= 1 at num_slots (the prediction there rests on near observations,
-        not on far ones), and at the worker prior acceptance no K >= 1 comes within `switch_margin` of K = 0's rate.
-        When the batch drains (`remaining` given, more than one slot left), the objective is the one the steps will be
-        chosen by: K = 0 drains the batch within `switch_margin` of the fastest K (drain_seconds), the slots as they are
-        (the new ones at the prior). (A settled choice, not the current one: a draft-less request cannot draft later, so
-        neither an exploration nor an extrapolation may make it so.) Both read each K's acceptance at its optimistic
-        bound (optimistic_prior_by_k, `confidence` standard errors up): the choice is irreversible, and on SmolLM2's MTP
-        head at 4 slots the warm-up's verifications read position 1 as 0.54 (0.61 once K = 1 ran), D(1) / D(0) 1.04-1.09
-        on them: every request was admitted draft-less, where fixed k = 1 is 1.05-1.08x of `none`. And both read each
-        K >= 1's cost at its lower bound (StepCostModel.relative_error, `confidence` standard errors down):
-        T(4, 1) / T(4, 0) read 1.54-1.85 from the warm-up's few K = 1 steps there, 1.42 once paired explorations
-        measured it."""
+        """(settled, the K >= 1 likeliest to beat K = 0). K = 0 is settled at batch size num_slots when every K has
+        `need` steady observations, with a summed kernel weight >= 1 at num_slots (the prediction there rests on near
+        observations, not on far ones), the worker totals hold `admit_min_reaches` verifications of position 1, and
+        no K >= 1 is expected to beat K = 0 by more than keeping drafts costs (docs/adaptive.md, "Draft-less
+        admission"): for each K >= 1, the regret E[max(0, gain of K over K = 0)], its gain taken as normal about the
+        point estimate with a standard deviation of `confidence` standard errors of the acceptance
+        (optimistic_prior_by_k) and of the cost (relative_error) combined, must be at most `switch_margin` plus
+        explore_overhead, the share of time a batch that may draft spends exploring K = 1. The objective is the
+        one the steps will be chosen by: the rate at the prior; when the batch drains (`remaining` given, more than
+        one slot left), the drain time (drain_seconds), the slots as they are (the new ones at the prior).
+
+        (A settled choice, not the current one: a draft-less request cannot draft later, so neither an exploration
+        nor an extrapolation may make it so; the uncertainty counts. On SmolLM2's MTP head at 4 slots the warm-up's
+        verifications read position 1 as 0.54 (0.61 once K = 1 ran), and T(4, 1) / T(4, 0) read 1.54-1.85 from the
+        warm-up's few K = 1 steps (1.42 once measured): settled on those point estimates, every request was admitted
+        draft-less where fixed k = 1 is 1.05-1.08x of `none`. But a batch kept drafting where K = 0 wins pays for
+        every exploration and for the MTP draft prefill: the tiny pair at 64 slots read K = 2's drain 6-10% slower
+        at the point estimates and 6-10% faster at both bounds at once; admitted with drafts it ran 0.93x of `none`,
+        draft-less 0.99x.)"""
         if num_slots < 1 or any(self.costs.count.get(k, 0) < self.need for k in range(self.k_max + 1)):
             return False, 1
         # The acceptance must rest on evidence too: after one request's exploration the Laplace-smoothed totals hold a
@@ -398,21 +415,36 @@ class AdaptivePolicy(SpeculationPolicy):
             return False, 1
         if self.costs.support(num_slots, self.k_max).min() < 1.0:
             return False, 1
-        # costs at their lower bound too: a K >= 1 seen in a few noisy steps must not settle K = 0 for good
-        cheaper = 1.0 - np.minimum(self.confidence * self.costs.relative_error(num_slots, self.k_max), 0.5)
-        cheaper[0] = 1.0
+        # the cost's relative uncertainty, `confidence` standard errors (at most half: a K seen in a few noisy steps)
+        cost_error = np.minimum(self.confidence * self.costs.relative_error(num_slots, self.k_max), 0.5)
+        cost_error[0] = 0.0
         live = None if remaining is None else np.asarray(remaining) > 0
+        allowed = self.switch_margin + self.explore_overhead(num_slots)
         if live is not None and live.sum() > 1:
-            # ties go to no drafts: a draining batch admitted with drafts pays the explorations and the policy's
-            # per-step work for its whole drain, which D does not count (the tiny pair at 16 slots: fixed k = 2 at
-            # 0.97x of `none`, adaptive admitted with drafts 0.91x)
-            drain = self.drain_seconds(live, np.asarray(remaining), self.optimistic_prior_by_k(), cheaper)  # [K + 1]
-            return bool(drain[0] <= (1 + self.switch_margin) * drain[1:].min()), 1 + int(np.argmin(drain[1:]))
-        # relative costs: while only K = 0 runs, the load may change since K >= 1 was last measured
-        seconds = self.costs.predict_relative(num_slots, self.k_max) * cheaper
-        gain, _ = self.expected_by_k(self.prior()[None, :], self.optimistic_prior_by_k())
-        rates = gain[0] / seconds  # [K + 1]; every slot at the prior: B cancels
-        return bool(rates[0] >= (1 + self.switch_margin) * rates[1:].max()), 1 + int(np.argmax(rates[1:]))
+            remaining = np.asarray(remaining)
+            point = self.drain_seconds(live, remaining)  # [K + 1]
+            acceptance_shift = point - self.drain_seconds(live, remaining, self.optimistic_prior_by_k())
+            regret = expected_excess(point[0] - point, np.hypot(acceptance_shift, point * cost_error))
+        else:
+            # relative costs: while only K = 0 runs, the load may change since K >= 1 was last measured
+            seconds = self.costs.predict_relative(num_slots, self.k_max)
+            point = self.expected_by_k(self.prior()[None, :])[0][0] / seconds  # [K + 1]; every slot at the prior
+            acceptance_shift = self.expected_by_k(self.prior()[None, :], self.optimistic_prior_by_k())[0][0] / seconds
+            acceptance_shift -= point
+            # the rate at the cost's lower bound: point / (1 - error)
+            cost_shift = point * cost_error / (1 - cost_error)
+            regret = expected_excess(point - point[0], np.hypot(acceptance_shift, cost_shift))
+        regret[0] = 0.0
+        return bool(regret[1:].max() <= allowed * point[0]), 1 + int(np.argmax(regret[1:]))
+
+    def explore_overhead(self, num_slots: int) -> float:
+        """The share of a batch's time its explorations take while it may draft and K = 0 is chosen: `hold` steps
+        at K = 1 every `explore_interval` steps, each T(B, 1) / T(B, 0) - 1 dearer than a step at K = 0 (the tiny
+        pair at 64 slots: 2 x 1.0 / 32, 6%)."""
+        if self.k_max < 1:
+            return 0.0
+        seconds = self.costs.predict_relative(num_slots, 1)
+        return self.hold * max(seconds[1] / max(seconds[0], 1e-12) - 1.0, 0.0) / self.explore_interval
 
     # ---- estimates ----
     def observe(self, step: PolicyStep) -> None:
@@ -632,14 +664,13 @@ class AdaptivePolicy(SpeculationPolicy):
 
     def _demote(self, best: int, live: np.ndarray, remaining: np.ndarray | None) -> None:
         """After `demote_after` exploitation decisions of K = 0 in a row, where K = 0 is also settled for the live batch
-        as admission judges it (_no_drafts_verdict: at the optimistic acceptance and the costs' lower bound, on the
-        drain objective when the batch drains), the live slots that may still draft become draft-less, as if admitted
-        so: no more explorations, and the no-drafts path of choose. Profiled costs only. The point estimates alone
-        are not enough: on SmolLM2's MTP head at 4 slots they read D(1) / D(0) = 1.045, two decisions demoted the
-        batch, and every later batch ran K = 0 (1.00x of `none`, where fixed k = 1 read 1.00-1.22x). A batch admitted
-        with drafts whose decisions then keep choosing K = 0 pays for every exploration of K = 1 (tiny pair, 16 slots,
-        MTP: 6 of 94 steps at 1.8x the cost). Off (0) for lookup proposers, whose acceptance follows the text a request
-        has reached."""
+        as admission judges it (_no_drafts_verdict: its regret rule, on the drain objective when the batch drains), the
+        live slots that may still draft become draft-less, as if admitted so: no more explorations, and the no-drafts
+        path of choose. Profiled costs only. The point estimates alone are not enough: on SmolLM2's MTP head at 4 slots
+        they read D(1) / D(0) = 1.045, two decisions demoted the batch, and every later batch ran K = 0 (1.00x of
+        `none`, where fixed k = 1 read 1.00-1.22x). A batch admitted with drafts whose decisions then keep choosing
+        K = 0 pays for every exploration of K = 1 (tiny pair, 16 slots, MTP: 6 of 94 steps at 1.8x the cost). Off (0)
+        for lookup proposers, whose acceptance follows the text a request has reached."""
         self.zero_decisions = self.zero_decisions + 1 if best == 0 else 0
         if not self.demote_after or self.zero_decisions < self.demote_after or not self.profiled:
             return
@@ -715,8 +746,7 @@ class AdaptivePolicy(SpeculationPolicy):
         rate = lambda gain, n: gain[rows, np.minimum(n, self.cap[rows])].sum() / max(seconds[n], 1e-9)  # noqa: E731
         return all(rate(bound, n) < rate(point, k) for n in neighbours)
 
-    def drain_seconds(self, live: np.ndarray, remaining: np.ndarray, by_k: np.ndarray | None = None,
-                      cost_scale: np.ndarray | None = None) -> np.ndarray:
+    def drain_seconds(self, live: np.ndarray, remaining: np.ndarray, by_k: np.ndarray | None = None) -> np.ndarray:
         """[K + 1] predicted seconds until every live slot has emitted its remaining tokens, the batch drafting with
         K throughout (docs/adaptive.md, "Draining batches"): slot b needs n_b = R_b / E_b(min(K, cap_b)) steps;
         with n sorted ascending, D(K) = sum_i (n_(i) - n_(i-1)) T(B - i, K), each step paying for the slots still
@@ -725,8 +755,7 @@ class AdaptivePolicy(SpeculationPolicy):
         deviation times the i-th of B normal order statistics' expected values (Blom's scores; over B = 64 slots
         the last is +2.4 deviations). T at a batch size between the points of a geometric grid (1, 1.4, 2, 2.8,
         ..., B, rounded: 2 ceil(log2 B) + 1 points) is interpolated linearly in B, so a batch of 64 needs 12
-        predictions, not 64. by_k: expected_by_k's (admission passes the optimistic bound); cost_scale: [K + 1]
-        factors on T (admission passes the costs' lower bound)."""
+        predictions, not 64. by_k: expected_by_k's (admission also reads it at the optimistic bound)."""
         gain, reach = self.expected_by_k(self.acceptance(), by_k)
         rows = np.flatnonzero(live)
         size = len(rows)
@@ -734,8 +763,6 @@ class AdaptivePolicy(SpeculationPolicy):
         square = 1.0 + (reach[:, rows] * (2 * np.arange(1, self.k_max + 1) + 1) * self._below_k[:, None, :]).sum(axis=2)
         grid = _drain_grid(size)
         table = np.array([self.costs.predict(int(b), self.k_max)[0] for b in grid])  # [G, K + 1]
-        if cost_scale is not None:
-            table = table * cost_scale
         left = np.arange(size, 0, -1)  # slots still decoding in segment i
         seconds = np.stack([np.interp(left, grid, column) for column in table.T], axis=1)  # [B, K + 1] T(left_i, K)
         tokens = np.maximum(remaining[rows], 1)

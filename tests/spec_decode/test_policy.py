@@ -7,7 +7,7 @@ import pytest
 from specworker.config import SpeculativeConfig
 from specworker.slot_request import SlotRequest
 from specworker.spec_decode.policy import (AdaptivePolicy, FixedPolicy, PolicyStep, SchedulePolicy, build_policy,
-                                           expected_tokens)
+                                           expected_excess, expected_tokens)
 from specworker.spec_decode.step_cost_model import StepCost, StepCostModel
 from tests.spec_decode.synthetic_costs import SyntheticCostModel, adaptive_with
 
@@ -368,26 +368,52 @@ def test_adaptive_stays_draftless_when_the_load_changes_while_only_k0_runs():
     assert not policy.admit(1, 32)
 
 
-@pytest.mark.parametrize("remaining", [None, [64, 64, 64, 64]], ids=["rate", "drain"])
-def test_adaptive_admits_draftless_only_where_no_drafts_wins_at_the_optimistic_acceptance(remaining):
-    """Draft-less admission is irreversible, so K = 0 must win at each K's optimistic acceptance
-    (optimistic_prior_by_k). K = 1 costs 1.4x K = 0 and position 1 is accepted 0.35 of the time: at the point estimate K = 0 wins (1.35 tokens
-    for 1.4x), but with few verifications of steps after K = 1 its bound is 0.55 and K = 1 may win: not draft-less
-    (SmolLM2 at 4 slots: 0.54 from the warm-up, 0.61 once K = 1 ran, and fixed k = 1 at 1.05-1.08x of `none`). Once
-    10,000 such verifications hold 0.35, draft-less."""
+def test_adaptive_admits_draftless_only_where_the_regret_of_no_drafts_is_small():
+    """Draft-less admission is irreversible, so it weighs the uncertainty: K = 1 costs 1.2x K = 0 and position 1 is
+    accepted 0.19 of the time, so at the point estimate K = 0 wins by a hair (1.19 tokens for 1.2x), but with no
+    verification anchored by K = 1 its acceptance is known to +-0.14 (optimistic_prior_by_k), and the expected gain
+    K = 1 would have over K = 0 (the regret of going draft-less, 4% of the rate) exceeds what keeping drafts costs
+    (switch_margin 2% + explorations 2 x 0.2 / 32): not draft-less (SmolLM2 at 4 slots: 0.54 from the warm-up, 0.61
+    once K = 1 ran, and fixed k = 1 at 1.05-1.08x of `none`). Once 10,000 such verifications hold 0.19,
+    draft-less."""
     policy = AdaptivePolicy(4, 1)
     for _ in range(policy.need):
         for k in range(2):
-            policy.costs.add(k, _cost(4, 4 * k, k, 0.01 * (1 + 0.4 * k)))
+            policy.costs.add(k, _cost(4, 4 * k, k, 0.01 * (1 + 0.2 * k)))
     policy.total_reaches[:] = 1000
-    policy.total_successes[:] = 350
-    rem = None if remaining is None else np.array(remaining)
+    policy.total_successes[:] = 190
+    assert policy.explore_overhead(4) == pytest.approx(2 * 0.2 / 32)
     policy.on_insert(0, _request())
-    assert policy.admit(0, 4, rem) and not policy.draftless[0]
+    assert policy.admit(0, 4) and not policy.draftless[0]
     policy.k_reaches[:] = policy.total_reaches[:] = 10000
-    policy.k_successes[:] = policy.total_successes[:] = 3500
+    policy.k_successes[:] = policy.total_successes[:] = 1900
     policy.on_insert(1, _request())
-    assert not policy.admit(1, 4, rem) and policy.draftless[1]
+    assert not policy.admit(1, 4) and policy.draftless[1]
+
+
+def test_adaptive_admission_counts_what_exploring_a_drafting_batch_costs():
+    """K = 1 costs 1.4x and position 1 is accepted 0.35 of the time (K = 0 wins by 3.6% at the point estimate), with
+    no verification anchored by K = 1: the regret of going draft-less is 4.1% of the rate. A batch that may draft
+    explores K = 1 for 2 steps every 32 (2.5% of its time at 1.4x a step), so with the switch margin draft-less wins
+    (4.1% <= 4.5%); once explorations have backed off to every 256 steps (0.3%) the drafts are kept."""
+    for interval, draftless in ((32, True), (256, False)):
+        policy = AdaptivePolicy(4, 1)
+        for _ in range(policy.need):
+            for k in range(2):
+                policy.costs.add(k, _cost(4, 4 * k, k, 0.01 * (1 + 0.4 * k)))
+        policy.total_reaches[:] = 1000
+        policy.total_successes[:] = 350
+        policy.explore_interval = interval
+        assert policy.explore_overhead(4) == pytest.approx(2 * 0.4 / interval)
+        policy.on_insert(0, _request())
+        assert policy.admit(0, 4) != draftless and policy.draftless[0] == draftless
+
+
+def test_expected_excess_by_hand():
+    """E[max(X, 0)] of a normal X: sd phi(0) at mean 0; mean Phi(mean / sd) + sd phi(mean / sd) elsewhere (mean 1,
+    sd 1: 0.8413 + 0.2420); max(mean, 0) at sd 0."""
+    out = expected_excess(np.array([0.0, 1.0, -3.0, 0.5]), np.array([1.0, 1.0, 0.0, 0.0]))
+    np.testing.assert_allclose(out, [0.398942, 1.083315, 0.0, 0.5], atol=1e-6)
 
 
 def test_step_cost_model_relative_error():
@@ -402,13 +428,13 @@ def test_step_cost_model_relative_error():
     np.testing.assert_allclose(steady.relative_error(4, 0), [0.0], atol=1e-12)
 
 
-def test_adaptive_admits_draftless_only_where_no_drafts_wins_at_the_costs_lower_bound():
-    """Draft-less admission also reads each K >= 1's cost at its lower bound (relative_error, `confidence` standard
-    errors down): K = 1 seen in four steps of 13, 17, 12.5, 15.5 ms (fit 14.3 ms, 7.7% error) against K = 0's 10 ms,
-    acceptance 0.38 known to 1e8 verifications: 1.38 tokens for 1.43x is K = 0's by 3.4% at the point estimate, but
-    K = 1's at 13.2 ms: not draft-less. Twelve steps of 14.5 ms: draft-less. (SmolLM2 at 4 slots read T(4, 1) /
-    T(4, 0) 1.54-1.85 from the warm-up's few K = 1 steps, 1.42 once paired explorations measured it.)"""
-    for k1_ms, draftless in (([13, 17, 12.5, 15.5], False), ([14.5] * 12, True)):
+def test_adaptive_admits_draftless_only_where_the_cost_is_known_well_enough():
+    """The regret also reads each K >= 1's cost uncertainty (relative_error, `confidence` standard errors): K = 1
+    seen in four steps of 11, 18, 12 and 17 ms (fit 13.9 ms, 12.8% error) against K = 0's 10 ms, acceptance 0.38 known
+    to 1e8 verifications: 1.38 tokens for 1.39x is K = 0's by a hair at the point estimate, but K = 1 may well be
+    cheaper: not draft-less. Twelve steps of 14.5 ms (1.38 tokens for 1.45x): draft-less. (SmolLM2 at 4 slots read
+    T(4, 1) / T(4, 0) 1.54-1.85 from the warm-up's few K = 1 steps, 1.42 once paired explorations measured it.)"""
+    for k1_ms, draftless in (([11, 18, 12, 17], False), ([14.5] * 12, True)):
         policy = AdaptivePolicy(4, 1)
         for _ in range(12):
             policy.costs.add(0, _cost(4, 0, 0, 0.010))
@@ -465,38 +491,35 @@ def _tied_at(batch, k1_seconds):
 
 
 def test_adaptive_admits_draftless_on_the_drain_objective_when_the_batch_drains():
-    """The tiny pair's closed batch of 16 requests: the rate at the prior ties K = 1 with K = 0 (1.5 tokens for 15 ms
-    against 1 for 10 ms), so admission on the rate objective keeps drafts, and the steps then explore and pay the
-    policy's bookkeeping (0.916x of no speculation in the bench). When nothing waits, the steps are chosen by the time
-    to drain the batch, and so is admission: 96 tokens a slot take 96 steps at K = 0 (0.96 s) and ~64 + the spread of
-    the slowest of 16 at K = 1 (5% longer), so the request is admitted draft-less. Cheap drafts (K = 1 at 10.5 ms)
-    drain faster, and the request keeps them; K = 0 within 2% of the fastest K is a tie, which goes to no drafts."""
+    """The tiny pair's closed batch of 16 requests. K = 1 at 14.1 ms: on the rate objective (requests wait) it beats
+    K = 0 by 6% (1.5 tokens for 1.41x), more than keeping drafts costs (switch_margin 2% + explorations 2 x 0.41 /
+    32), so the request keeps drafts. When nothing waits, the steps are chosen by the time to drain the batch, and so
+    is admission: 96 tokens a slot take 96 steps at K = 0 and ~64 + the spread of the slowest of 16 at K = 1, only
+    1% sooner: draft-less (admitted with drafts, the batch would pay the explorations, the policy's per-step work
+    and the MTP draft prefill for its whole drain). K = 1 at 15 ms drains 5% slower: draft-less on both objectives.
+    One slot left: the rate objective's choice. K = 1 at 13 ms drains 9% sooner: the drafts pay, kept."""
     remaining = np.full(16, 96)
-    tied = _tied_at(16, 0.015)
-    drain = tied.drain_seconds(np.ones(16, dtype=bool), remaining)
-    assert drain[1] > (1 + tied.switch_margin) * drain[0]
-    tied.on_insert(0, _request())
-    assert tied.admit(0, 16) and not tied.draftless[0]  # open batch (requests wait): the rate objective, a tie
-    tied.on_clear(0)
+    near = _tied_at(16, 0.0141)
+    drain = near.drain_seconds(np.ones(16, dtype=bool), remaining)
+    assert 0.98 < drain[1] / drain[0] < 1.0
+    near.on_insert(0, _request())
+    assert near.admit(0, 16) and not near.draftless[0]  # open batch (requests wait): the rate objective
+    near.on_clear(0)
     for slot in range(16):
-        tied.on_insert(slot, _request())
-    assert not tied.admit(0, 16, remaining) and tied.draftless[0]
+        near.on_insert(slot, _request())
+    assert not near.admit(0, 16, remaining) and near.draftless[0]
     remaining_one = np.zeros(16, dtype=np.int64)
     remaining_one[1] = 96
-    assert tied.admit(1, 1, remaining_one) and not tied.draftless[1]  # one slot left: the rate objective's choice
-    cheap = _tied_at(16, 0.0105)
-    for slot in range(16):
-        cheap.on_insert(slot, _request())
-    assert cheap.admit(0, 16, remaining) and not cheap.draftless[0]
-    # a near tie (K = 1 drains 1% sooner) goes to no drafts: admitted with drafts, the batch would pay explorations
-    # and the policy's per-step work for its whole drain; 3% sooner keeps the drafts
-    for k1_seconds, draftless in ((0.0141, True), (0.0137, False)):
-        near = _tied_at(16, k1_seconds)
-        drain = near.drain_seconds(np.ones(16, dtype=bool), remaining)
-        assert (drain[1] / drain[0] > 1 / (1 + near.switch_margin)) == draftless, drain
+    assert near.admit(1, 1, remaining_one) and not near.draftless[1]  # one slot left: the rate objective's choice
+    for k1_seconds, draftless in ((0.015, True), (0.013, False)):
+        policy = _tied_at(16, k1_seconds)
+        drain = policy.drain_seconds(np.ones(16, dtype=bool), remaining)
+        assert (drain[1] > drain[0]) == draftless, drain
         for slot in range(16):
-            near.on_insert(slot, _request())
-        assert near.admit(0, 16, remaining) != draftless and near.draftless[0] == draftless
+            policy.on_insert(slot, _request())
+        assert policy.admit(0, 16, remaining) != draftless and policy.draftless[0] == draftless
+        policy.on_insert(16 - 1, _request())
+        assert policy.admit(16 - 1, 16) != draftless  # the rate objective agrees
 
 
 def test_adaptive_admissions_of_one_step_share_one_decision(monkeypatch):
