@@ -57,14 +57,16 @@ def expected_tokens(accept: np.ndarray) -> np.ndarray:
     return 1.0 + np.concatenate([np.zeros((accept.shape[0], 1)), np.cumsum(reach, axis=1)], axis=1)
 
 
-def expected_excess(mean: np.ndarray, sd: np.ndarray) -> np.ndarray:
-    """E[max(X, 0)] for X ~ Normal(mean, sd^2), elementwise: mean Phi(mean / sd) + sd phi(mean / sd); max(mean, 0)
-    where sd is 0. Example: mean 0, sd 1 -> 0.399."""
+def expected_excess(mean: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(E[max(X, 0)], P(X > 0)) for X ~ Normal(mean, sd^2), elementwise: mean Phi(mean / sd) + sd phi(mean / sd) and
+    Phi(mean / sd); max(mean, 0) and [mean > 0] where sd is 0. Example: mean 0, sd 1 -> (0.399, 0.5)."""
     mean, sd = np.asarray(mean, dtype=np.float64), np.asarray(sd, dtype=np.float64)
     z = np.clip(mean / np.maximum(sd, 1e-300), -40.0, 40.0)
     cdf = 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
     pdf = np.exp(-0.5 * z ** 2) / math.sqrt(2.0 * math.pi)
-    return np.where(sd > 0, mean * cdf + sd * pdf, np.maximum(mean, 0.0))
+    known = sd > 0
+    return (np.where(known, mean * cdf + sd * pdf, np.maximum(mean, 0.0)),
+            np.where(known, cdf, (mean > 0).astype(np.float64)))
 
 
 @functools.lru_cache(maxsize=64)
@@ -394,7 +396,9 @@ class AdaptivePolicy(SpeculationPolicy):
         admission"): for each K >= 1, the regret E[max(0, gain of K over K = 0)], its gain taken as normal about the
         point estimate with a standard deviation of `confidence` standard errors of the acceptance
         (optimistic_prior_by_k) and of the cost (relative_error) combined, must be at most `switch_margin` plus
-        explore_overhead, the share of time a batch that may draft spends exploring K = 1. The objective is the
+        explore_overhead (the share of time a batch that may draft spends exploring K = 1) times the probability that
+        K = 0 wins (at most that of the likeliest K >= 1 losing): where a K >= 1 wins, the batch runs it and its
+        explorations cost little. The objective is the
         one the steps will be chosen by: the rate at the prior; when the batch drains (`remaining` given, more than
         one slot left), the drain time (drain_seconds), the slots as they are (the new ones at the prior).
 
@@ -419,12 +423,11 @@ class AdaptivePolicy(SpeculationPolicy):
         cost_error = np.minimum(self.confidence * self.costs.relative_error(num_slots, self.k_max), 0.5)
         cost_error[0] = 0.0
         live = None if remaining is None else np.asarray(remaining) > 0
-        allowed = self.switch_margin + self.explore_overhead(num_slots)
         if live is not None and live.sum() > 1:
             remaining = np.asarray(remaining)
             point = self.drain_seconds(live, remaining)  # [K + 1]
             acceptance_shift = point - self.drain_seconds(live, remaining, self.optimistic_prior_by_k())
-            regret = expected_excess(point[0] - point, np.hypot(acceptance_shift, point * cost_error))
+            regret, wins = expected_excess(point[0] - point, np.hypot(acceptance_shift, point * cost_error))
         else:
             # relative costs: while only K = 0 runs, the load may change since K >= 1 was last measured
             seconds = self.costs.predict_relative(num_slots, self.k_max)
@@ -433,8 +436,9 @@ class AdaptivePolicy(SpeculationPolicy):
             acceptance_shift -= point
             # the rate at the cost's lower bound: point / (1 - error)
             cost_shift = point * cost_error / (1 - cost_error)
-            regret = expected_excess(point - point[0], np.hypot(acceptance_shift, cost_shift))
-        regret[0] = 0.0
+            regret, wins = expected_excess(point - point[0], np.hypot(acceptance_shift, cost_shift))
+        # keeping drafts costs the explorations only where K = 0 then wins: at most where the likeliest K >= 1 loses
+        allowed = self.switch_margin + self.explore_overhead(num_slots) * (1.0 - wins[1:].max())
         return bool(regret[1:].max() <= allowed * point[0]), 1 + int(np.argmax(regret[1:]))
 
     def explore_overhead(self, num_slots: int) -> float:
