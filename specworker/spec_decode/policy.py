@@ -389,27 +389,27 @@ class AdaptivePolicy(SpeculationPolicy):
         return False
 
     def _no_drafts_verdict(self, num_slots: int, remaining: np.ndarray | None) -> tuple[bool, int]:
-        """(settled, the K >= 1 likeliest to beat K = 0). K = 0 is settled at batch size num_slots when every K has
+        """(settled, the K >= 1 nearest to K = 0 at the bounds below). K = 0 is settled at batch size num_slots when every K has
         `need` steady observations, with a summed kernel weight >= 1 at num_slots (the prediction there rests on near
         observations, not on far ones), the worker totals hold `admit_min_reaches` verifications of position 1, and
-        no K >= 1 is expected to beat K = 0 by more than keeping drafts costs (docs/adaptive.md, "Draft-less
-        admission"): for each K >= 1, the regret E[max(0, gain of K over K = 0)], its gain taken as normal about the
-        point estimate with a standard deviation of `confidence` standard errors of the acceptance
-        (optimistic_prior_by_k) and of the cost (relative_error) combined, must be at most `switch_margin` plus
-        explore_overhead (the share of time a batch that may draft spends exploring K = 1) times the probability that
-        K = 0 wins (at most that of the likeliest K >= 1 losing): where a K >= 1 wins, the batch runs it and its
-        explorations cost little. The objective is the
-        one the steps will be chosen by: the rate at the prior; when the batch drains (`remaining` given, more than
-        one slot left), the drain time (drain_seconds), the slots as they are (the new ones at the prior).
-
-        (A settled choice, not the current one: a draft-less request cannot draft later, so neither an exploration
-        nor an extrapolation may make it so; the uncertainty counts. On SmolLM2's MTP head at 4 slots the warm-up's
-        verifications read position 1 as 0.54 (0.61 once K = 1 ran), and T(4, 1) / T(4, 0) read 1.54-1.85 from the
-        warm-up's few K = 1 steps (1.42 once measured): settled on those point estimates, every request was admitted
-        draft-less where fixed k = 1 is 1.05-1.08x of `none`. But a batch kept drafting where K = 0 wins pays for
-        every exploration and for the MTP draft prefill: the tiny pair at 64 slots read K = 2's drain 6-10% slower
-        at the point estimates and 6-10% faster at both bounds at once; admitted with drafts it ran 0.93x of `none`,
-        draft-less 0.99x.)"""
+        (docs/adaptive.md, "Draft-less admission"):
+        - K = 1 does not beat K = 0 by `switch_margin` even at its optimistic acceptance (optimistic_prior_by_k,
+          `confidence` standard errors up) and its cost's lower bound (relative_error, `confidence` standard errors
+          down). A batch that may draft and runs K = 0 explores K = 1, so keeping the drafts is how that doubt is
+          ever resolved: on SmolLM2's MTP head at 4 slots the warm-up's verifications read position 1 as 0.54 (0.61
+          once K = 1 ran), D(1) / D(0) 1.04-1.09 on them, every request was admitted draft-less, where fixed k = 1
+          is 1.05-1.08x of `none`.
+        - No K >= 2 is expected to beat K = 0 by more than keeping drafts costs: its regret E[max(0, gain over
+          K = 0)], the gain taken as normal about the point estimate with the acceptance and cost doubts above
+          combined (not both at once), must be at most `switch_margin` plus explore_overhead times the probability
+          that K = 0 wins. A batch at K = 0 never explores K >= 2, so their doubt would never shrink; at both bounds
+          at once the tiny pair at 64 slots read K = 2's drain 6-10% faster (6-10% slower at the point estimates),
+          every batch was admitted with drafts, paid the MTP draft prefill and the explorations, and adaptive ran
+          0.93x of `none` (draft-less: 0.99x).
+        The objective is the one the steps will be chosen by: the rate at the prior; when the batch drains
+        (`remaining` given, more than one slot left), the drain time (drain_seconds), the slots as they are (the new
+        ones at the prior). (A settled choice, not the current one: a draft-less request cannot draft later, so
+        neither an exploration nor an extrapolation may make it so.)"""
         if num_slots < 1 or any(self.costs.count.get(k, 0) < self.need for k in range(self.k_max + 1)):
             return False, 1
         # The acceptance must rest on evidence too: after one request's exploration the Laplace-smoothed totals hold a
@@ -419,27 +419,33 @@ class AdaptivePolicy(SpeculationPolicy):
             return False, 1
         if self.costs.support(num_slots, self.k_max).min() < 1.0:
             return False, 1
-        # the cost's relative uncertainty, `confidence` standard errors (at most half: a K seen in a few noisy steps)
+        # the cost's relative doubt, `confidence` standard errors (at most half): a K seen in a few noisy steps
         cost_error = np.minimum(self.confidence * self.costs.relative_error(num_slots, self.k_max), 0.5)
         cost_error[0] = 0.0
         live = None if remaining is None else np.asarray(remaining) > 0
         if live is not None and live.sum() > 1:
             remaining = np.asarray(remaining)
             point = self.drain_seconds(live, remaining)  # [K + 1]
-            acceptance_shift = point - self.drain_seconds(live, remaining, self.optimistic_prior_by_k())
-            regret, wins = expected_excess(point[0] - point, np.hypot(acceptance_shift, point * cost_error))
+            optimistic = self.drain_seconds(live, remaining, self.optimistic_prior_by_k())
+            # D is linear in each K's step cost: at its lower bound, D (1 - error). Ties go to no drafts: a draining
+            # batch admitted with drafts pays the explorations and the policy's per-step work for its whole drain
+            bound = optimistic * (1 - cost_error)
+            first, runner_up = point[0] <= (1 + self.switch_margin) * bound[1], 1 + int(np.argmin(bound[1:]))
+            regret, wins = expected_excess(point[0] - point, np.hypot(point - optimistic, point * cost_error))
         else:
             # relative costs: while only K = 0 runs, the load may change since K >= 1 was last measured
             seconds = self.costs.predict_relative(num_slots, self.k_max)
             point = self.expected_by_k(self.prior()[None, :])[0][0] / seconds  # [K + 1]; every slot at the prior
-            acceptance_shift = self.expected_by_k(self.prior()[None, :], self.optimistic_prior_by_k())[0][0] / seconds
-            acceptance_shift -= point
-            # the rate at the cost's lower bound: point / (1 - error)
-            cost_shift = point * cost_error / (1 - cost_error)
-            regret, wins = expected_excess(point - point[0], np.hypot(acceptance_shift, cost_shift))
+            optimistic = self.expected_by_k(self.prior()[None, :], self.optimistic_prior_by_k())[0][0] / seconds
+            bound = optimistic / (1 - cost_error)
+            first, runner_up = point[0] >= (1 + self.switch_margin) * bound[1], 1 + int(np.argmax(bound[1:]))
+            regret, wins = expected_excess(point - point[0],
+                                           np.hypot(optimistic - point, point * cost_error / (1 - cost_error)))
+        if not first or self.k_max < 2:
+            return bool(first), runner_up
         # keeping drafts costs the explorations only where K = 0 then wins: at most where the likeliest K >= 1 loses
         allowed = self.switch_margin + self.explore_overhead(num_slots) * (1.0 - wins[1:].max())
-        return bool(regret[1:].max() <= allowed * point[0]), 1 + int(np.argmax(regret[1:]))
+        return bool(regret[2:].max() <= allowed * point[0]), runner_up
 
     def explore_overhead(self, num_slots: int) -> float:
         """The share of a batch's time its explorations take while it may draft and K = 0 is chosen: `hold` steps

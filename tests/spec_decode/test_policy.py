@@ -368,47 +368,62 @@ def test_adaptive_stays_draftless_when_the_load_changes_while_only_k0_runs():
     assert not policy.admit(1, 32)
 
 
-def test_adaptive_admits_draftless_only_where_the_regret_of_no_drafts_is_small():
-    """Draft-less admission is irreversible, so it weighs the uncertainty: K = 1 costs 1.2x K = 0 and position 1 is
-    accepted 0.19 of the time, so at the point estimate K = 0 wins by a hair (1.19 tokens for 1.2x), but with no
-    verification anchored by K = 1 its acceptance is known to +-0.14 (optimistic_prior_by_k), and the expected gain
-    K = 1 would have over K = 0 (the regret of going draft-less, 4.2% of the rate) exceeds what keeping drafts costs
-    (switch_margin 2% + explorations 2 x 0.2 / 32 where K = 0 then wins, about half the time): not draft-less (SmolLM2 at 4 slots: 0.54 from the warm-up, 0.61
-    once K = 1 ran, and fixed k = 1 at 1.05-1.08x of `none`). Once 10,000 such verifications hold 0.19,
-    draft-less."""
+@pytest.mark.parametrize("remaining", [None, [64, 64, 64, 64]], ids=["rate", "drain"])
+def test_adaptive_admits_draftless_only_where_no_drafts_wins_at_the_optimistic_acceptance(remaining):
+    """Draft-less admission is irreversible, so K = 0 must win at each K's optimistic acceptance
+    (optimistic_prior_by_k). K = 1 costs 1.4x K = 0 and position 1 is accepted 0.35 of the time: at the point estimate K = 0 wins (1.35 tokens
+    for 1.4x), but with few verifications of steps after K = 1 its bound is 0.55 and K = 1 may win: not draft-less
+    (SmolLM2 at 4 slots: 0.54 from the warm-up, 0.61 once K = 1 ran, and fixed k = 1 at 1.05-1.08x of `none`). Once
+    10,000 such verifications hold 0.35, draft-less."""
     policy = AdaptivePolicy(4, 1)
     for _ in range(policy.need):
         for k in range(2):
-            policy.costs.add(k, _cost(4, 4 * k, k, 0.01 * (1 + 0.2 * k)))
+            policy.costs.add(k, _cost(4, 4 * k, k, 0.01 * (1 + 0.4 * k)))
     policy.total_reaches[:] = 1000
-    policy.total_successes[:] = 190
-    assert policy.explore_overhead(4) == pytest.approx(2 * 0.2 / 32)
+    policy.total_successes[:] = 350
+    rem = None if remaining is None else np.array(remaining)
+    policy.on_insert(0, _request())
+    assert policy.admit(0, 4, rem) and not policy.draftless[0]
+    policy.k_reaches[:] = policy.total_reaches[:] = 10000
+    policy.k_successes[:] = policy.total_successes[:] = 3500
+    policy.on_insert(1, _request())
+    assert not policy.admit(1, 4, rem) and policy.draftless[1]
+
+
+def _k2_unexplored(k2_cost, k1_cost=2.0):
+    """A k_max = 2 AdaptivePolicy at 4 slots like the tiny pair at 64: steady costs T(4, K) = 10 ms x (1, k1_cost,
+    k2_cost), prior acceptance 0.71 / 0.87 from 10,000 verifications, K = 1's anchored acceptance known as well (a
+    batch at K = 0 explores it), K = 2's never measured (+-0.16 / +-0.12 at one standard error)."""
+    policy = AdaptivePolicy(4, 2)
+    for _ in range(policy.need):
+        for k, cost in enumerate((1.0, k1_cost, k2_cost)):
+            policy.costs.add(k, _cost(4, 4 * k, k, 0.01 * cost))
+    policy.total_reaches[:] = 10000
+    policy.total_successes[:] = [7100, 8700]
+    policy.k_reaches[0] = 10000
+    policy.k_successes[0] = [7100, 8700]
+    return policy
+
+
+def test_adaptive_admits_draftless_where_the_regret_of_an_unexplored_k_is_small():
+    """K = 2 at 2.67x a step emits 2.33 tokens at the point estimate (12.7% below K = 0's rate), 2.73 at both
+    positions' optimistic acceptance (2% above): at that bound it is not settled, and a batch at K = 0 explores only
+    K = 1, so K = 2's doubt would never shrink and every batch would keep its drafts (the tiny pair at 64 slots:
+    0.93x of `none`). Its regret, the expected gain over K = 0 with that doubt, is 1.7% of the rate, below the switch
+    margin and what a drafting batch's explorations of K = 1 cost where K = 0 wins (2 x 1.0 / 32 x 0.8): draft-less.
+    With no margin and explorations every 512 steps (0.3%) the drafts are kept; so they are where K = 2 costs 1.5x
+    (its rate 55% above K = 0's)."""
+    policy = _k2_unexplored(2.67)
+    assert policy.explore_overhead(4) == pytest.approx(2 * 1.0 / 32)
+    policy.on_insert(0, _request())
+    assert not policy.admit(0, 4) and policy.draftless[0]
+    policy = _k2_unexplored(2.67)
+    policy.switch_margin, policy.explore_interval = 0.0, 512
     policy.on_insert(0, _request())
     assert policy.admit(0, 4) and not policy.draftless[0]
-    policy.k_reaches[:] = policy.total_reaches[:] = 10000
-    policy.k_successes[:] = policy.total_successes[:] = 1900
-    policy.on_insert(1, _request())
-    assert not policy.admit(1, 4) and policy.draftless[1]
-
-
-def test_adaptive_admission_counts_what_exploring_a_drafting_batch_costs():
-    """K = 1 costs 1.4x and position 1 is accepted 0.2 of the time (K = 0 wins by 14% at the point estimate), with no
-    verification anchored by K = 1 (+-0.14): the regret of going draft-less is 0.36% of the rate, and K = 0 wins with
-    probability 0.92. With no switch margin, only the explorations decide: a batch that may draft explores K = 1 for
-    2 steps every 32 (2.5% of its time at 1.4x a step, 2.3% weighted by that probability), so draft-less wins; with
-    explorations every 512 steps (0.14%) the drafts are kept."""
-    for interval, draftless in ((32, True), (512, False)):
-        policy = AdaptivePolicy(4, 1)
-        for _ in range(policy.need):
-            for k in range(2):
-                policy.costs.add(k, _cost(4, 4 * k, k, 0.01 * (1 + 0.4 * k)))
-        policy.total_reaches[:] = 1000
-        policy.total_successes[:] = 200
-        policy.switch_margin = 0.0
-        policy.explore_interval = interval
-        assert policy.explore_overhead(4) == pytest.approx(2 * 0.4 / interval)
-        policy.on_insert(0, _request())
-        assert policy.admit(0, 4) != draftless and policy.draftless[0] == draftless
+    policy = _k2_unexplored(1.5)
+    policy.on_insert(0, _request())
+    assert policy.admit(0, 4) and not policy.draftless[0]
 
 
 def test_expected_excess_by_hand():
@@ -431,13 +446,13 @@ def test_step_cost_model_relative_error():
     np.testing.assert_allclose(steady.relative_error(4, 0), [0.0], atol=1e-12)
 
 
-def test_adaptive_admits_draftless_only_where_the_cost_is_known_well_enough():
-    """The regret also reads each K >= 1's cost uncertainty (relative_error, `confidence` standard errors): K = 1
-    seen in four steps of 11, 18, 12 and 17 ms (fit 13.9 ms, 12.8% error) against K = 0's 10 ms, acceptance 0.38 known
-    to 1e8 verifications: 1.38 tokens for 1.39x is K = 0's by a hair at the point estimate, but K = 1 may well be
-    cheaper: not draft-less. Twelve steps of 14.5 ms (1.38 tokens for 1.45x): draft-less. (SmolLM2 at 4 slots read
-    T(4, 1) / T(4, 0) 1.54-1.85 from the warm-up's few K = 1 steps, 1.42 once paired explorations measured it.)"""
-    for k1_ms, draftless in (([11, 18, 12, 17], False), ([14.5] * 12, True)):
+def test_adaptive_admits_draftless_only_where_no_drafts_wins_at_the_costs_lower_bound():
+    """Draft-less admission also reads each K >= 1's cost at its lower bound (relative_error, `confidence` standard
+    errors down): K = 1 seen in four steps of 13, 17, 12.5, 15.5 ms (fit 14.3 ms, 7.7% error) against K = 0's 10 ms,
+    acceptance 0.38 known to 1e8 verifications: 1.38 tokens for 1.43x is K = 0's by 3.4% at the point estimate, but
+    K = 1's at 13.2 ms: not draft-less. Twelve steps of 14.5 ms: draft-less. (SmolLM2 at 4 slots read T(4, 1) /
+    T(4, 0) 1.54-1.85 from the warm-up's few K = 1 steps, 1.42 once paired explorations measured it.)"""
+    for k1_ms, draftless in (([13, 17, 12.5, 15.5], False), ([14.5] * 12, True)):
         policy = AdaptivePolicy(4, 1)
         for _ in range(12):
             policy.costs.add(0, _cost(4, 0, 0, 0.010))
@@ -494,35 +509,38 @@ def _tied_at(batch, k1_seconds):
 
 
 def test_adaptive_admits_draftless_on_the_drain_objective_when_the_batch_drains():
-    """The tiny pair's closed batch of 16 requests. K = 1 at 14.1 ms: on the rate objective (requests wait) it beats
-    K = 0 by 6% (1.5 tokens for 1.41x), more than keeping drafts costs (switch_margin 2% + explorations 2 x 0.41 /
-    32), so the request keeps drafts. When nothing waits, the steps are chosen by the time to drain the batch, and so
-    is admission: 96 tokens a slot take 96 steps at K = 0 and ~64 + the spread of the slowest of 16 at K = 1, only
-    1% sooner: draft-less (admitted with drafts, the batch would pay the explorations, the policy's per-step work
-    and the MTP draft prefill for its whole drain). K = 1 at 15 ms drains 5% slower: draft-less on both objectives.
-    One slot left: the rate objective's choice. K = 1 at 13 ms drains 9% sooner: the drafts pay, kept."""
+    """The tiny pair's closed batch of 16 requests: the rate at the prior ties K = 1 with K = 0 (1.5 tokens for 15 ms
+    against 1 for 10 ms), so admission on the rate objective keeps drafts, and the steps then explore and pay the
+    policy's bookkeeping (0.916x of no speculation in the bench). When nothing waits, the steps are chosen by the time
+    to drain the batch, and so is admission: 96 tokens a slot take 96 steps at K = 0 (0.96 s) and ~64 + the spread of
+    the slowest of 16 at K = 1 (5% longer), so the request is admitted draft-less. Cheap drafts (K = 1 at 10.5 ms)
+    drain faster, and the request keeps them; K = 0 within 2% of the fastest K is a tie, which goes to no drafts."""
     remaining = np.full(16, 96)
-    near = _tied_at(16, 0.0141)
-    drain = near.drain_seconds(np.ones(16, dtype=bool), remaining)
-    assert 0.98 < drain[1] / drain[0] < 1.0
-    near.on_insert(0, _request())
-    assert near.admit(0, 16) and not near.draftless[0]  # open batch (requests wait): the rate objective
-    near.on_clear(0)
+    tied = _tied_at(16, 0.015)
+    drain = tied.drain_seconds(np.ones(16, dtype=bool), remaining)
+    assert drain[1] > (1 + tied.switch_margin) * drain[0]
+    tied.on_insert(0, _request())
+    assert tied.admit(0, 16) and not tied.draftless[0]  # open batch (requests wait): the rate objective, a tie
+    tied.on_clear(0)
     for slot in range(16):
-        near.on_insert(slot, _request())
-    assert not near.admit(0, 16, remaining) and near.draftless[0]
+        tied.on_insert(slot, _request())
+    assert not tied.admit(0, 16, remaining) and tied.draftless[0]
     remaining_one = np.zeros(16, dtype=np.int64)
     remaining_one[1] = 96
-    assert near.admit(1, 1, remaining_one) and not near.draftless[1]  # one slot left: the rate objective's choice
-    for k1_seconds, draftless in ((0.015, True), (0.013, False)):
-        policy = _tied_at(16, k1_seconds)
-        drain = policy.drain_seconds(np.ones(16, dtype=bool), remaining)
-        assert (drain[1] > drain[0]) == draftless, drain
+    assert tied.admit(1, 1, remaining_one) and not tied.draftless[1]  # one slot left: the rate objective's choice
+    cheap = _tied_at(16, 0.0105)
+    for slot in range(16):
+        cheap.on_insert(slot, _request())
+    assert cheap.admit(0, 16, remaining) and not cheap.draftless[0]
+    # a near tie (K = 1 drains 1% sooner) goes to no drafts: admitted with drafts, the batch would pay explorations
+    # and the policy's per-step work for its whole drain; 3% sooner keeps the drafts
+    for k1_seconds, draftless in ((0.0141, True), (0.0137, False)):
+        near = _tied_at(16, k1_seconds)
+        drain = near.drain_seconds(np.ones(16, dtype=bool), remaining)
+        assert (drain[1] / drain[0] > 1 / (1 + near.switch_margin)) == draftless, drain
         for slot in range(16):
-            policy.on_insert(slot, _request())
-        assert policy.admit(0, 16, remaining) != draftless and policy.draftless[0] == draftless
-        policy.on_insert(16 - 1, _request())
-        assert policy.admit(16 - 1, 16) != draftless  # the rate objective agrees
+            near.on_insert(slot, _request())
+        assert near.admit(0, 16, remaining) != draftless and near.draftless[0] == draftless
 
 
 def test_adaptive_admissions_of_one_step_share_one_decision(monkeypatch):
