@@ -431,7 +431,8 @@ class AdaptivePolicy(SpeculationPolicy):
             # batch admitted with drafts pays the explorations and the policy's per-step work for its whole drain
             bound = optimistic * (1 - cost_error)
             first, runner_up = point[0] <= (1 + self.switch_margin) * bound[1], 1 + int(np.argmin(bound[1:]))
-            regret, wins = expected_excess(point[0] - point, np.hypot(point - optimistic, point * cost_error))
+            gain, doubt = point[0] - point, np.hypot(point - optimistic, point * cost_error)
+            gain[1], doubt[1] = point[0] - optimistic[1], optimistic[1] * cost_error[1]
         else:
             # relative costs: while only K = 0 runs, the load may change since K >= 1 was last measured
             seconds = self.costs.predict_relative(num_slots, self.k_max)
@@ -439,13 +440,18 @@ class AdaptivePolicy(SpeculationPolicy):
             optimistic = self.expected_by_k(self.prior()[None, :], self.optimistic_prior_by_k())[0][0] / seconds
             bound = optimistic / (1 - cost_error)
             first, runner_up = point[0] >= (1 + self.switch_margin) * bound[1], 1 + int(np.argmax(bound[1:]))
-            regret, wins = expected_excess(point - point[0],
-                                           np.hypot(optimistic - point, point * cost_error / (1 - cost_error)))
-        if not first or self.k_max < 2:
+            gain, doubt = point - point[0], np.hypot(optimistic - point, point * cost_error / (1 - cost_error))
+            gain[1], doubt[1] = optimistic[1] - point[0], optimistic[1] * cost_error[1] / (1 - cost_error[1])
+        # K = 1 at its optimistic acceptance; its cost doubt too where the costs are learnt while serving (a batch at
+        # K = 0 explores K = 1, which measures both), as regret where they come from the profile (nothing served
+        # narrows that doubt); K >= 2 as regret only
+        judged = slice(1 if self.profiled else 2, None)
+        if not (first or self.profiled) or self.k_max < judged.start:
             return bool(first), runner_up
+        regret, wins = expected_excess(gain, doubt)
         # keeping drafts costs the explorations only where K = 0 then wins: at most where the likeliest K >= 1 loses
         allowed = self.switch_margin + self.explore_overhead(num_slots) * (1.0 - wins[1:].max())
-        return bool(regret[2:].max() <= allowed * point[0]), runner_up
+        return bool(regret[judged].max() <= allowed * point[0]), runner_up
 
     def explore_overhead(self, num_slots: int) -> float:
         """The share of a batch's time its explorations take while it may draft and K = 0 is chosen: `hold` steps
