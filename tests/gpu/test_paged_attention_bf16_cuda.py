@@ -354,3 +354,34 @@ def test_paged_attention_bf16_cuda_whole_tile_copies_same_bits_as_per_key_copies
             diff = np.abs(got[0] - per_key).max()
             assert np.array_equal(got[0], per_key), f"block {block_size}, {name}: max |diff| {diff}"
         check_against_reference(got, case, TOL)
+
+
+# Unusual head dims in the chunk-state combine: 1 and 33 (no 16-byte copies or reads), 80 (16-byte reads, lanes past
+# the columns idle), 256 (two columns a thread, or a second pass of a warp's lanes). Slot histories of 2 .. 6 chunks
+# (13 table columns of 64: CombineWarpKernel reads 8 chunk states of a lane ahead) and of 2 .. 33 chunks (16 ahead,
+# then one at a time; 4200: a second step of 32 chunks' m and l; CombineKernel: 17 and more through shared memory).
+ACROSS_CHUNKS = {"short": [(130, 1), (700, 4), (254, 3), (383, 2)],
+                 "long": [(130, 1), (700, 4), (2040, 1), (2100, 2), (4200, 1)]}
+
+
+@pytest.mark.parametrize("histories", ACROSS_CHUNKS)
+@pytest.mark.parametrize("head_dim", [1, 33, 80, 256])
+def test_paged_attention_bf16_cuda_head_dims_across_chunks(head_dim, histories):
+    """Decode and verify rows over several chunks of 128 keys at unusual head dims: the reference within TOL; on a
+    stream of its own (sm_90: programmatic launches, the chunk kernel appends) the default stream's bits; behind 2000
+    padding rows (token_cap * heads past one wave of CombineKernel's blocks: the launcher takes CombineWarpKernel) the
+    same bits, padding rows zero."""
+    rng = np.random.default_rng(300 + head_dim)
+    slots = _slots(rng, ACROSS_CHUNKS[histories], (4, 1), head_dim)
+    case = pack_case(np.random.default_rng(0), slots, 64, pad_rows=0, garbage="nan", dtype="bfloat16")
+    want = run_cuda(case, "bfloat16")
+    check_against_reference(want, case, TOL)
+    s = cp.cuda.Stream(non_blocking=True)
+    got = _on_stream(case, s)
+    for name, x, y in zip(("out", "key_cache", "value_cache"), want, got):
+        assert np.array_equal(x, y, equal_nan=True), f"head_dim {head_dim}, {histories}: {name}"
+    padded = pack_case(np.random.default_rng(0), slots, 64, pad_rows=2000, garbage="nan", dtype="bfloat16")
+    rows = case.q.shape[0]
+    for name, out in (("default stream", run_cuda(padded, "bfloat16")[0]), ("own stream", _on_stream(padded, s)[0])):
+        assert np.array_equal(out[:rows], want[0]), f"head_dim {head_dim}, {histories}, 2000 padding rows, {name}"
+        assert (out[rows:] == 0).all(), f"head_dim {head_dim}, {histories}: a padding row is not zero ({name})"

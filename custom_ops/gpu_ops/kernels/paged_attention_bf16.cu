@@ -6,7 +6,8 @@
 // fused ones below; there the second and third are programmatic dependent launches: each starts while the one
 // before drains, reads only the index tensors, q and the block table until griddepcontrol.wait, and writes nothing
 // before it):
-//   1. AppendKernel: k[t], v[t] to the row's position (paged_kv.cuh's AppendKernel, with 16-byte copies).
+//   1. AppendRowKernel: k[t], v[t] to the row's position (paged_kv.cuh's AppendKernel, with 16-byte copies and its
+//      loads issued early).
 //   2. ChunkKernel: one block of 4 warps per (query tile, kv head, head group, split). A query tile is
 //      up to QT = 16 / HU consecutive rows of one slot (the first at a local index that is a multiple of
 //      QT) times HU = min(group, 16) of the kv head's query heads: the 16 rows of one MMA. Keys are cut
@@ -26,8 +27,9 @@
 //      position p < 128 has one chunk and gets out = O / l here; other rows store the chunk's state in the
 //      workspace. S (chosen by the launcher from the grid size: about two waves of resident blocks) picks which
 //      block computes a chunk, never how.
-//   3. CombineKernel: one block per (packed row, head); rows with chunks 0 .. p / 128 (more than one)
-//      merge their chunk states in chunk order; rows that cannot be computed get zeros.
+//   3. CombineKernel (a block per (packed row, head); past one wave of those, CombineWarpKernel: a warp): rows with
+//      chunks 0 .. p / 128 (more than one) merge their chunk states in chunk order; rows that cannot be computed get
+//      zeros.
 // Two launches (sm_90, a stream of the caller's own, 192 .. 384 chunk blocks, not fused): ChunkKernel<..., true>
 // without clusters (the append and this step's keys as in the fused launch below; no chunk merge), then
 // CombineKernel.
@@ -136,9 +138,6 @@ __device__ __forceinline__ void WaitPrevious() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
-struct LaunchDependentsHook {
-  __device__ void operator()() const { LaunchDependents(); }
-};
 // Every thread of the cluster (sm_90) arrives, then waits: writes before it (global memory too) are visible to the
 // cluster's threads after it.
 __device__ __forceinline__ void ClusterSync() {
@@ -154,16 +153,57 @@ struct Row {
   int local;
   int64_t pos;
 };
-__device__ __forceinline__ Row ResolveRowFast(const Params& a, int t) {
+// Slot b's three lengths, read with predicated loads (no branch: two rows' loads can be issued together).
+struct SlotLens {
+  int b, cu, len, dec;  // b: the batch id; cu, len, dec zero unless 0 <= b < bsz
+};
+__device__ __forceinline__ SlotLens LoadSlotLens(const Params& a, int b) {
+  const bool ok = b >= 0 && b < a.bsz;
+  return SlotLens{b, ok ? a.cu_seqlens_q[b] : 0, ok ? a.seq_lens_this_time[b] : 0, ok ? a.seq_lens_decoder[b] : 0};
+}
+__device__ __forceinline__ Row RowOf(const Params& a, int t, const SlotLens& s) {
   const Row none{-1, 0, 0};
-  const int b = a.batch_id_per_token[t];
-  if (b < 0 || b >= a.bsz) return none;
-  const int cu = a.cu_seqlens_q[b], len = a.seq_lens_this_time[b], dec = a.seq_lens_decoder[b];
-  const int64_t local = static_cast<int64_t>(t) - cu;
-  if (local < 0 || local >= len || dec < 0) return none;
-  const int64_t pos = dec + local;
+  if (s.b < 0 || s.b >= a.bsz) return none;
+  const int64_t local = static_cast<int64_t>(t) - s.cu;
+  if (local < 0 || local >= s.len || s.dec < 0) return none;
+  const int64_t pos = s.dec + local;
   if (pos >= static_cast<int64_t>(a.max_blocks) * a.block_size) return none;
-  return Row{b, static_cast<int>(local), pos};
+  return Row{s.b, static_cast<int>(local), pos};
+}
+__device__ __forceinline__ Row ResolveRowFast(const Params& a, int t) {
+  return RowOf(a, t, LoadSlotLens(a, a.batch_id_per_token[t]));
+}
+
+// Launch 1 of 3: paged_kv.cuh's AppendKernel (one block per packed row; the same cache writes, none for a row the
+// CPU op would refuse or whose block is not valid) with its loads issued early: k[t] and v[t] (every kv head; the
+// first Vec of each thread) beside the batch id, the slot's three lengths together (ResolveRowFast), so the chunk
+// kernel, which waits for this grid, waits for three dependent loads (batch id, lengths, table entry), not six.
+template <typename Vec>
+__global__ void __launch_bounds__(kThreads)
+    AppendRowKernel(Params a, const bf16* __restrict__ k, const bf16* __restrict__ v, bf16* __restrict__ kc,
+                    bf16* __restrict__ vc) {
+  LaunchDependents();
+  constexpr int per = sizeof(Vec) / sizeof(bf16);
+  const int t = blockIdx.x, D = a.head_dim, n = a.num_kv_heads * D / per;
+  const int64_t src0 = static_cast<int64_t>(t) * a.num_kv_heads * D;  // row t: kv heads, then columns
+  const bool first = threadIdx.x < n;
+  Vec k0{}, v0{};
+  if (first) {
+    k0 = *reinterpret_cast<const Vec*>(k + src0 + threadIdx.x * per);
+    v0 = *reinterpret_cast<const Vec*>(v + src0 + threadIdx.x * per);
+  }
+  const Row r = ResolveRowFast(a, t);
+  if (r.slot < 0) return;
+  const int64_t block = BlockOf(a, r.slot, r.pos);
+  if (block < 0) return;
+  const int64_t offset = r.pos % a.block_size;
+  for (int e = threadIdx.x; e < n; e += kThreads) {
+    const int h = e * per / D, d = e * per - h * D;
+    const int64_t dst = ((block * a.num_kv_heads + h) * a.block_size + offset) * D + d;
+    const bool early = e == static_cast<int>(threadIdx.x);
+    *reinterpret_cast<Vec*>(kc + dst) = early ? k0 : *reinterpret_cast<const Vec*>(k + src0 + e * per);
+    *reinterpret_cast<Vec*>(vc + dst) = early ? v0 : *reinterpret_cast<const Vec*>(v + src0 + e * per);
+  }
 }
 
 // Slot b's first packed row and first position of this step: its keys at positions >= dec are rows cu + (pos - dec)
@@ -513,15 +553,14 @@ __global__ void __launch_bounds__(kThreads)
     }
     CpAsyncCommit();
   }
-  if (threadIdx.x < kRows) {  // every row and the tile's first one, in parallel
+  if (threadIdx.x < kRows) {  // every row and the tile's first one, in parallel: two dependent loads, not four
     const int r = threadIdx.x, qi = r / g.hu, hj = sg * g.hu + r % g.hu;
     const int t = t0 + qi;
-    const Row lead = ResolveRowFast(a, t0);
-    int64_t p = -1;
-    if (qi < g.qt && hj < g.group && t < T && lead.slot >= 0) {
-      const Row rp = ResolveRowFast(a, t);
-      if (rp.slot == lead.slot) p = rp.pos;
-    }
+    const bool in_tile = qi < g.qt && hj < g.group && t < T;
+    const int b_lead = a.batch_id_per_token[t0], b_row = in_tile ? a.batch_id_per_token[t] : -1;
+    const SlotLens s_lead = LoadSlotLens(a, b_lead), s_row = LoadSlotLens(a, b_row);
+    const Row lead = RowOf(a, t0, s_lead), rp = RowOf(a, t, s_row);
+    const int64_t p = lead.slot >= 0 && rp.slot == lead.slot ? rp.pos : -1;
     rows.p[r] = p;
     rows.t[r] = t;
     rows.h[r] = kvh * g.group + hj;
@@ -547,6 +586,16 @@ __global__ void __launch_bounds__(kThreads)
     }
     first_entries[i] = e;
   }
+  // Fused, split 0 of head group 0: row t0's k, v of kv head kvh (16 bytes a thread of warp 3) read beside the rows'
+  // loads and stored after the block's first tiles are issued (append_row0), so the copy never delays them.
+  const int row_unit = static_cast<int>(threadIdx.x) - 96;
+  const bool row_copier = kFused && kVec && z == 0 && sg == 0 && row_unit >= 0 && row_unit * 8 < D;
+  uint4 k_row{}, v_row{};
+  if (row_copier) {
+    const int64_t src = (static_cast<int64_t>(t0) * a.num_kv_heads + kvh) * D + row_unit * 8;
+    k_row = *reinterpret_cast<const uint4*>(k + src);
+    v_row = *reinterpret_cast<const uint4*>(v + src);
+  }
   if (kFused && threadIdx.x == 32) {  // is row t0 in a computed query tile (its own or an earlier row's)?
     const Row r0 = ResolveRowFast(a, t0);
     int zero = r0.slot < 0;
@@ -555,18 +604,22 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   if (!kFused) WaitPrevious();  // the append's cache writes are visible from here on
-  if (kFused && z == 0) {
-    const Row r0 = row0;
-    if (sg == 0 && r0.slot >= 0) {  // AppendKernel's work for row t0, kv head kvh
-      const int64_t block = BlockOf(a, r0.slot, r0.pos);
-      if (block >= 0) {
-        if (kVec) {
-          specworker::paged::CopyRowToCache<bf16, uint4>(a, t0, block, r0.pos % a.block_size, kvh, kvh + 1, k, v, kc, vc);
-        } else {
-          specworker::paged::CopyRowToCache<bf16, bf16>(a, t0, block, r0.pos % a.block_size, kvh, kvh + 1, k, v, kc, vc);
-        }
-      }
+  // Fused: AppendKernel's work for row t0, kv head kvh, by split 0 of head group 0 (paged_kv.cuh's CopyRowToCache
+  // writes; with 16-byte units from the registers read above).
+  auto append_row0 = [&]() {
+    if (!kFused || z != 0 || sg != 0 || row0.slot < 0 || (kVec && !row_copier)) return;
+    const int64_t block = BlockOf(a, row0.slot, row0.pos);
+    if (block < 0) return;
+    const int64_t offset = row0.pos % a.block_size;
+    if (kVec) {
+      const int64_t dst = ((block * a.num_kv_heads + kvh) * a.block_size + offset) * D + row_unit * 8;
+      *reinterpret_cast<uint4*>(kc + dst) = k_row;
+      *reinterpret_cast<uint4*>(vc + dst) = v_row;
+    } else {
+      specworker::paged::CopyRowToCache<bf16, bf16>(a, t0, block, offset, kvh, kvh + 1, k, v, kc, vc);
     }
+  };
+  if (kFused && z == 0) {
     if (cluster_merge && row0_zero) {  // CombineKernel's zero row, for this block's heads
       for (int e = threadIdx.x; e < g.hu * D; e += kThreads) {
         const int hj = sg * g.hu + e / D;
@@ -583,6 +636,7 @@ __global__ void __launch_bounds__(kThreads)
   // same decision in every block of it) for the merge.
   const bool merge_here = kFused && cluster_merge;
   if (b < 0 || (merge_here ? n_chunks == 1 && z > 0 : z >= n_chunks)) {
+    append_row0();
     CpAsyncWait<0>();
     return;
   }
@@ -627,6 +681,7 @@ __global__ void __launch_bounds__(kThreads)
     };
 #pragma unroll
     for (int i = 0; i < kStages; ++i) issue(i, first_entries[i]);
+    append_row0();  // split 0 computes chunk 0: it gets here
     int32_t next_entry = entry(kStages);
     WarpState<DP> st;
     st.Reset();
@@ -666,8 +721,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One block per (packed row, head), threads over head_dim: zero a row that cannot be computed, merge the chunk
-// states of a row with p >= 128 in chunk order.
+// The combine of grids that fit the GPU at once (launcher): one block per (packed row, head), min(head_dim rounded up
+// to a warp, 128) threads over head_dim: zero a row that cannot be computed, merge the chunk states of a row with
+// p >= 128 in chunk order (up to kCombinePre chunks with no barrier after the wait).
 __global__ void __launch_bounds__(kThreads)
     CombineKernel(Params a, Tiling g, const float* __restrict__ ws_o, const float* __restrict__ ws_ml,
                   bf16* __restrict__ out) {
@@ -679,16 +735,16 @@ __global__ void __launch_bounds__(kThreads)
   int bad = r.slot < 0;
   if (!bad) {
     // The row's query tile must have been computed: its first row resolves to the same slot.
-    const Row lead = ResolveRowFast(a, t - r.local % g.qt);
+    const Row lead = r.local % g.qt == 0 ? r : ResolveRowFast(a, t - r.local % g.qt);
     bad = lead.slot != r.slot;
-    for (int64_t j = threadIdx.x; !bad && j <= r.pos / a.block_size; j += kThreads) {
+    for (int64_t j = threadIdx.x; !bad && j <= r.pos / a.block_size; j += blockDim.x) {
       bad |= BlockOf(a, r.slot, j * a.block_size) < 0;  // a block among positions 0..p is missing
     }
   }
   bad = __syncthreads_or(bad);
   WaitPrevious();  // the chunk kernel's states and rows are visible from here on (every block waits)
   if (bad) {
-    for (int d = threadIdx.x; d < D; d += kThreads) o_row[d] = __float2bfloat16_rn(0.0f);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) o_row[d] = __float2bfloat16_rn(0.0f);
     return;
   }
   if (r.pos < kChunkKeys) return;  // one chunk: ChunkKernel wrote the row
@@ -700,8 +756,41 @@ __global__ void __launch_bounds__(kThreads)
   for (int c = 0; c < kCombinePre; ++c) {
     o_pre[c] = c < n_chunks && threadIdx.x < D ? ws_o[(i0 + c) * D + threadIdx.x] : 0.0f;
   }
+  if (n_chunks <= kCombinePre) {
+    // At most kCombinePre chunks: lane c of each warp reads chunk c's m and l, every lane takes them by shuffle and
+    // computes the weights and l in chunk order itself (thread 0's arithmetic below): no barrier after the wait.
+    if (threadIdx.x / 32 * 32 >= D) return;  // whole warps with no column (the shuffles need every lane)
+    const int lane = threadIdx.x % 32;
+    const float m_lane = lane < n_chunks ? ws_ml[2 * (i0 + lane)] : 0.0f;
+    const float l_lane = lane < n_chunks ? ws_ml[2 * (i0 + lane) + 1] : 0.0f;
+    float m = -INFINITY;
+#pragma unroll
+    for (int c = 0; c < kCombinePre; ++c) {
+      const float m_c = __shfl_sync(0xffffffffu, m_lane, c);
+      if (c < n_chunks) m = fmaxf(m, m_c);
+    }
+    float l = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kCombinePre; ++c) {
+      const float m_c = __shfl_sync(0xffffffffu, m_lane, c), l_c = __shfl_sync(0xffffffffu, l_lane, c);
+      if (c < n_chunks) {
+        const float f = exp2f(__fsub_rn(m_c, m));
+        l = __fadd_rn(l, __fmul_rn(l_c, f));
+        o = __fadd_rn(o, __fmul_rn(o_pre[c], f));
+      }
+    }
+    if (threadIdx.x < D) o_row[threadIdx.x] = __float2bfloat16_rn(__fdiv_rn(o, l));
+    for (int d = threadIdx.x + blockDim.x; d < D; d += blockDim.x) {  // head_dim past 128: the same l, weights
+      float o2 = 0.0f;
+      for (int c = 0; c < n_chunks; ++c) {
+        o2 = __fadd_rn(o2, __fmul_rn(ws_o[(i0 + c) * D + d], exp2f(__fsub_rn(ws_ml[2 * (i0 + c)], m))));
+      }
+      o_row[d] = __float2bfloat16_rn(__fdiv_rn(o2, l));
+    }
+    return;
+  }
   float* s_m = s_f + g.nc + 1;  // [nc] m_c, then [nc] l_c
-  for (int c = threadIdx.x; c < n_chunks; c += kThreads) s_m[c] = ws_ml[2 * (i0 + c)], s_m[g.nc + c] = ws_ml[2 * (i0 + c) + 1];
+  for (int c = threadIdx.x; c < n_chunks; c += blockDim.x) s_m[c] = ws_ml[2 * (i0 + c)], s_m[g.nc + c] = ws_ml[2 * (i0 + c) + 1];
   __syncthreads();
   if (threadIdx.x == 0) {  // one thread, chunk order: the weights and the sum
     float m = -INFINITY;
@@ -715,7 +804,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   const float l = s_f[g.nc];
-  for (int d = threadIdx.x; d < D; d += kThreads) {
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float o = 0.0f;
     int c = 0;
     if (d == threadIdx.x) {
@@ -727,6 +816,118 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll 8
     for (; c < n_chunks; ++c) o = __fadd_rn(o, __fmul_rn(ws_o[(i0 + c) * D + d], s_f[c]));
     o_row[d] = __float2bfloat16_rn(__fdiv_rn(o, l));
+  }
+}
+
+// The combine of larger grids (launcher): one warp per (packed row, head) (blocks of 32 threads: up to 32 resident
+// per SM, so a large batch needs few waves; each block's own latency is longer than CombineKernel's), the same
+// arithmetic. Lane c of each step of 32 chunks reads chunk c's m and l; every lane takes them by shuffle and computes
+// the weights and l in chunk order itself. Lanes over columns, W at a time (W = 4: 16-byte workspace reads, where
+// head_dim % 4 == 0 and the workspace is 16-byte aligned); the first kPre chunk states of a lane's columns are read
+// beside the first m and l (one round trip after the wait for rows of at most kPre chunks).
+template <int W, int kPre>
+__global__ void __launch_bounds__(32, W * kPre == 32 ? 32 : 20)  // registers: 64 (32 blocks an SM) / 96 (21)
+    CombineWarpKernel(Params a, Tiling g, const float* __restrict__ ws_o, const float* __restrict__ ws_ml,
+                      bf16* __restrict__ out) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+  const int D = a.head_dim;
+  bf16* o_row = out + (static_cast<int64_t>(t) * a.num_heads + h) * D;
+  const Row r = ResolveRowFast(a, t);
+  bool bad = r.slot < 0;
+  if (!bad) {
+    // The row's query tile must have been computed: its first row resolves to the same slot.
+    const Row lead = r.local % g.qt == 0 ? r : ResolveRowFast(a, t - r.local % g.qt);
+    bad = lead.slot != r.slot;
+    for (int64_t j = lane; !bad && j <= r.pos / a.block_size; j += 32) {
+      bad |= BlockOf(a, r.slot, j * a.block_size) < 0;  // a block among positions 0..p is missing
+    }
+  }
+  bad = __any_sync(kAll, bad);
+  WaitPrevious();  // the chunk kernel's states and rows are visible from here on (every block waits)
+  if (bad) {
+    for (int d = lane; d < D; d += 32) o_row[d] = __float2bfloat16_rn(0.0f);
+    return;
+  }
+  if (r.pos < kChunkKeys) return;  // one chunk: ChunkKernel wrote the row
+  const int n_chunks = static_cast<int>(r.pos / kChunkKeys) + 1;
+  const int64_t i0 = PartialIndex(a, g, t, h, 0);
+  // Chunk c's W states of columns d0 ..: 0 where the lane has no columns.
+  auto load_o = [&](int c, int d0, float (&x)[W]) {
+    if (d0 < D) {
+      const float* src = ws_o + (i0 + c) * D + d0;
+      if constexpr (W == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(src);
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+      } else {
+        x[0] = *src;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < W; ++j) x[j] = 0.0f;
+    }
+  };
+  float o_pre[kPre][W];
+#pragma unroll
+  for (int c = 0; c < kPre; ++c) {
+    if (c < n_chunks) {
+      load_o(c, lane * W, o_pre[c]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < W; ++j) o_pre[c][j] = 0.0f;
+    }
+  }
+  const float m_lane = lane < n_chunks ? ws_ml[2 * (i0 + lane)] : 0.0f;  // chunks 0 .. 31
+  const float l_lane = lane < n_chunks ? ws_ml[2 * (i0 + lane) + 1] : 0.0f;
+  float m = -INFINITY;  // over the chunks in chunk order
+#pragma unroll
+  for (int c = 0; c < 32; ++c) {
+    const float m_c = __shfl_sync(kAll, m_lane, c);
+    if (c < n_chunks) m = fmaxf(m, m_c);
+  }
+  for (int c0 = 32; c0 < n_chunks; c0 += 32) {
+    const float m_step = c0 + lane < n_chunks ? ws_ml[2 * (i0 + c0 + lane)] : 0.0f;
+    for (int c = 0; c < 32 && c0 + c < n_chunks; ++c) m = fmaxf(m, __shfl_sync(kAll, m_step, c));
+  }
+  for (int base = 0; base < D; base += 32 * W) {  // passes over the columns (more than one past 128 columns)
+    const int d0 = base + lane * W;
+    if (base > 0) {
+#pragma unroll
+      for (int c = 0; c < kPre; ++c) {
+        if (c < n_chunks) load_o(c, d0, o_pre[c]);
+      }
+    }
+    float l = 0.0f, o[W];
+#pragma unroll
+    for (int j = 0; j < W; ++j) o[j] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kPre; ++c) {  // chunks 0 .. kPre - 1
+      const float m_c = __shfl_sync(kAll, m_lane, c), l_c = __shfl_sync(kAll, l_lane, c);
+      if (c < n_chunks) {
+        const float f = exp2f(__fsub_rn(m_c, m));
+        l = __fadd_rn(l, __fmul_rn(l_c, f));
+#pragma unroll
+        for (int j = 0; j < W; ++j) o[j] = __fadd_rn(o[j], __fmul_rn(o_pre[c][j], f));
+      }
+    }
+    float m_step = m_lane, l_step = l_lane;  // chunks 32 s .. 32 s + 31 of the current step s
+    for (int c = kPre; c < n_chunks; ++c) {  // chunks kPre .. (rows of more than kPre chunks)
+      if (c % 32 == 0) {
+        m_step = c + lane < n_chunks ? ws_ml[2 * (i0 + c + lane)] : 0.0f;
+        l_step = c + lane < n_chunks ? ws_ml[2 * (i0 + c + lane) + 1] : 0.0f;
+      }
+      const float m_c = __shfl_sync(kAll, m_step, c % 32), l_c = __shfl_sync(kAll, l_step, c % 32);
+      const float f = exp2f(__fsub_rn(m_c, m));
+      l = __fadd_rn(l, __fmul_rn(l_c, f));
+      float x[W];
+      load_o(c, d0, x);
+#pragma unroll
+      for (int j = 0; j < W; ++j) o[j] = __fadd_rn(o[j], __fmul_rn(x[j], f));
+    }
+    if (d0 < D) {
+#pragma unroll
+      for (int j = 0; j < W; ++j) o_row[d0 + j] = __float2bfloat16_rn(__fdiv_rn(o[j], l));
+    }
   }
 }
 
@@ -753,14 +954,14 @@ cudaError_t SetChunkAttributes(Kernel kernel, int bytes, bool big_cluster) {
   return err;
 }
 
-// kernel<<<grid, kThreads, bytes, stream>>>(args...), as a programmatic dependent launch when pdl, in clusters of
+// kernel<<<grid, threads, bytes, stream>>>(args...), as a programmatic dependent launch when pdl, in clusters of
 // (1, 1, cluster_z) when cluster_z > 1.
 template <typename... KArgs, typename... Args>
-cudaError_t Launch(bool pdl, int cluster_z, void (*kernel)(KArgs...), dim3 grid, int bytes, cudaStream_t stream,
-                   Args... args) {
+cudaError_t Launch(bool pdl, int cluster_z, void (*kernel)(KArgs...), dim3 grid, int threads, int bytes,
+                   cudaStream_t stream, Args... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
-  cfg.blockDim = dim3(kThreads);
+  cfg.blockDim = dim3(threads);
   cfg.dynamicSmemBytes = static_cast<size_t>(bytes);
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
@@ -814,8 +1015,8 @@ int LaunchChunks(bool pdl, int splits, int cluster_merge, const Params& a, const
   if (err != cudaSuccess) return static_cast<int>(err);
   const dim3 grid(static_cast<unsigned>(token_cap), static_cast<unsigned>(a.num_kv_heads * g.nsg),
                   static_cast<unsigned>(splits));
-  return static_cast<int>(Launch(pdl, cluster, kernel, grid, bytes, stream, a, g, q, k, v, kc, vc, out, ws_o, ws_ml,
-                                 cluster_merge));
+  return static_cast<int>(Launch(pdl, cluster, kernel, grid, kThreads, bytes, stream, a, g, q, k, v, kc, vc, out, ws_o,
+                                 ws_ml, cluster_merge));
 }
 
 template <bool kVec, bool kFused>
@@ -888,11 +1089,11 @@ extern "C" int specworker_paged_attention_bf16_launch(
   const bool fused = pdl && dp <= kFusedMaxHeadDim && splits >= kFusedMinSplits && splits <= max_cluster &&
                      units * splits > kFusedMinBlocks && units * splits <= kFusedMaxBlocks;
   bool two_launches = false;
+  int sms = 0;
   if (!fused) {
     // About kWaves waves of the three-launch chunk kernel's resident blocks, counting the query tiles with work (fewer,
     // longer blocks than kTargetBlocks where fewer fit per SM: at head_dim 128, 3 per SM; more splits for verify
     // steps, whose token_cap rows are a quarter as many tiles).
-    int sms = 0;
     err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (err != cudaSuccess) return static_cast<int>(err);
     const int per_sm = vec ? ChunkBlocksPerSmFor<true>(dp) : ChunkBlocksPerSmFor<false>(dp);
@@ -911,11 +1112,10 @@ extern "C" int specworker_paged_attention_bf16_launch(
                                                 ws_o, ws_ml, token_cap, stream);
     if (rc != 0 || fused) return rc;
   } else {
-    using specworker::paged::AppendKernel;
     if (vec) {
-      AppendKernel<bf16, uint4, LaunchDependentsHook><<<token_cap, kThreads, 0, stream>>>(a, k, v, key_cache, value_cache);
+      AppendRowKernel<uint4><<<token_cap, kThreads, 0, stream>>>(a, k, v, key_cache, value_cache);
     } else {
-      AppendKernel<bf16, bf16, LaunchDependentsHook><<<token_cap, kThreads, 0, stream>>>(a, k, v, key_cache, value_cache);
+      AppendRowKernel<bf16><<<token_cap, kThreads, 0, stream>>>(a, k, v, key_cache, value_cache);
     }
     err = cudaGetLastError();
     if (err != cudaSuccess) return static_cast<int>(err);
@@ -925,13 +1125,26 @@ extern "C" int specworker_paged_attention_bf16_launch(
                                                  ws_o, ws_ml, token_cap, stream);
     if (rc != 0) return rc;
   }
-  // The chunk weights and l, then each chunk's m and l, rounded up and padded: the unrolled chunk loop may load
-  // the weights 4 at a time.
-  const int combine_bytes = ((3 * g.nc + 1 + 7) / 8 * 8 + 8) * 4;
-  if (combine_bytes > 48 * 1024) {
-    err = cudaFuncSetAttribute(CombineKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, combine_bytes);
-    if (err != cudaSuccess) return static_cast<int>(err);
+  // Combine: CombineKernel's blocks (64 registers a thread: 8 an SM at 128 threads, 16 at 64, 32 at 32) where they
+  // all fit the GPU at once, else a warp per (row, head) (H100, issue22k: Llama-3-8B batch 128 decode, 4096 blocks,
+  // 119 -> 112 us; SmolLM2 ctx 2048 batch 1 decode, 9 blocks, 7.6 -> 8.3 us with warps). The same arithmetic in both.
+  const int combine_threads = head_dim < kThreads ? (head_dim + 31) / 32 * 32 : kThreads;
+  if (static_cast<int64_t>(token_cap) * num_heads <= static_cast<int64_t>(8 * kThreads / combine_threads) * sms) {
+    // The chunk weights and l, then each chunk's m and l, rounded up and padded: the unrolled chunk loop may load
+    // the weights 4 at a time.
+    const int combine_bytes = ((3 * g.nc + 1 + 7) / 8 * 8 + 8) * 4;
+    if (combine_bytes > 48 * 1024) {
+      err = cudaFuncSetAttribute(CombineKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, combine_bytes);
+      if (err != cudaSuccess) return static_cast<int>(err);
+    }
+    return static_cast<int>(Launch(pdl, 1, CombineKernel, dim3(token_cap, num_heads), combine_threads, combine_bytes,
+                                   stream, a, g, static_cast<const float*>(ws_o), static_cast<const float*>(ws_ml),
+                                   out));
   }
-  return static_cast<int>(Launch(pdl, 1, CombineKernel, dim3(token_cap, num_heads), combine_bytes, stream, a, g,
+  // 16-byte workspace reads where the columns allow; the first 8 chunk states of a lane read ahead where no row has
+  // more chunks (fewer registers: all 32 blocks an SM resident), else 16.
+  const bool vec_ws = head_dim % 4 == 0 && Aligned16(ws_o);
+  auto combine = vec_ws ? (g.nc <= 8 ? CombineWarpKernel<4, 8> : CombineWarpKernel<4, 16>) : CombineWarpKernel<1, 16>;
+  return static_cast<int>(Launch(pdl, 1, combine, dim3(token_cap, num_heads), 32, 0, stream, a, g,
                                  static_cast<const float*>(ws_o), static_cast<const float*>(ws_ml), out));
 }

@@ -1,0 +1,28 @@
+#!/bin/bash
+# Device call 2 (repo root; build.sh 2's libraries carried in build/issue22k): the harness build in the background;
+# the A/B of old / v1 / new / c128 on all 32 shapes; bits.py old against new; the per-block trace of new; the
+# attention test file and its compute-sanitizer memcheck on the working tree; the new test against broken.so; the
+# benchmark script (new) into gpu_paged_attention_bf16.json.
+export PYTHONUNBUFFERED=1
+out=${OUT:-gpu_out}; mkdir -p "$out"
+D=benchmarks/results/gpu_logs/issue22k
+L=build/issue22k
+log=$out/call2.log
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$log"
+(SPECWORKER_GPU_BUILD=/tmp/swk python3 -c "from kernel_harness import kernels_lib; kernels_lib()" > /tmp/hbuild.log 2>&1) &
+hb=$!
+timeout 170 python3 $D/ab.py $L /tmp/ab --variants old,v1,new,c128 --shapes all --reps 2 2>&1 | tee -a "$log"
+cp /tmp/ab/ab.json "$out/ab_all.json"
+timeout 90 python3 $D/bits.py $L old new 2>&1 | tail -12 | tee -a "$log"
+timeout 60 python3 $D/trace.py $L smollm2-135m 32 512 1 smollm2-135m 128 512 1 llama3-8b 1 2048 1 llama3-8b 128 512 1 \
+  2>&1 | tee "$out/trace.log"
+wait $hb; tail -2 /tmp/hbuild.log >> "$log"
+export SPECWORKER_GPU_BUILD=/tmp/swk
+timeout 120 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_paged_attention_bf16_cuda.py > "$out/pytest.log" 2>&1
+tail -3 "$out/pytest.log" | tee -a "$log"
+timeout 60 python3 $D/seen_failing.py $L 2>&1 | tail -6 | tee -a "$log"
+timeout 150 compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest -q -p no:cacheprovider \
+  tests/gpu/test_paged_attention_bf16_cuda.py > "$out/memcheck.log" 2>&1
+grep -E "passed|failed|ERROR SUMMARY" "$out/memcheck.log" | tail -3 | tee -a "$log"
+timeout 150 python3 benchmarks/gpu_paged_attention_bf16.py --out "$out/gpu_paged_attention_bf16.json" > "$out/bench.log" 2>&1
+tail -18 "$out/bench.log" | tee -a "$log"
