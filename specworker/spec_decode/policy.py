@@ -394,11 +394,13 @@ class AdaptivePolicy(SpeculationPolicy):
         observations, not on far ones), the worker totals hold `admit_min_reaches` verifications of position 1, and
         (docs/adaptive.md, "Draft-less admission"):
         - K = 1 does not beat K = 0 by `switch_margin` even at its optimistic acceptance (optimistic_prior_by_k,
-          `confidence` standard errors up) and its cost's lower bound (relative_error, `confidence` standard errors
-          down). A batch that may draft and runs K = 0 explores K = 1, so keeping the drafts is how that doubt is
-          ever resolved: on SmolLM2's MTP head at 4 slots the warm-up's verifications read position 1 as 0.54 (0.61
-          once K = 1 ran), D(1) / D(0) 1.04-1.09 on them, every request was admitted draft-less, where fixed k = 1
-          is 1.05-1.08x of `none`.
+          `confidence` standard errors up) and, with costs learnt while serving, its cost's lower bound
+          (relative_error, `confidence` standard errors down). A batch that may draft and runs K = 0 explores K = 1,
+          so keeping the drafts is how that doubt is ever resolved: on SmolLM2's MTP head at 4 slots the warm-up's
+          verifications read position 1 as 0.54 (0.61 once K = 1 ran), D(1) / D(0) 1.04-1.09 on them, every request
+          was admitted draft-less, where fixed k = 1 is 1.05-1.08x of `none`. With profiled costs nothing served
+          narrows the profile's cost doubt, so K = 1's is judged as K >= 2's is (below), at its optimistic
+          acceptance.
         - No K >= 2 is expected to beat K = 0 by more than keeping drafts costs: its regret E[max(0, gain over
           K = 0)], the gain taken as normal about the point estimate with the acceptance and cost doubts above
           combined (not both at once), must be at most `switch_margin` plus explore_overhead times the probability
