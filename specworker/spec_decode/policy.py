@@ -389,10 +389,10 @@ class AdaptivePolicy(SpeculationPolicy):
         return False
 
     def _no_drafts_verdict(self, num_slots: int, remaining: np.ndarray | None) -> tuple[bool, int]:
-        """(settled, the K >= 1 nearest to K = 0 at the bounds below). K = 0 is settled at batch size num_slots when every K has
-        `need` steady observations, with a summed kernel weight >= 1 at num_slots (the prediction there rests on near
-        observations, not on far ones), the worker totals hold `admit_min_reaches` verifications of position 1, and
-        (docs/adaptive.md, "Draft-less admission"):
+        """(settled, the K >= 1 nearest to K = 0 at the bounds below). K = 0 is settled at batch size num_slots when
+        every K has `need` steady observations, with a summed kernel weight >= 1 at num_slots (the prediction there
+        rests on near observations, not on far ones), the worker totals hold `admit_min_reaches` verifications of
+        position 1, and (docs/adaptive.md, "Draft-less admission"):
         - K = 1 does not beat K = 0 by `switch_margin` even at its optimistic acceptance (optimistic_prior_by_k,
           `confidence` standard errors up) and, with costs learnt while serving, its cost's lower bound
           (relative_error, `confidence` standard errors down). A batch that may draft and runs K = 0 explores K = 1,
@@ -682,13 +682,13 @@ class AdaptivePolicy(SpeculationPolicy):
 
     def _demote(self, best: int, live: np.ndarray, remaining: np.ndarray | None) -> None:
         """After `demote_after` exploitation decisions of K = 0 in a row, where K = 0 is also settled for the live batch
-        as admission judges it (_no_drafts_verdict: its regret rule, on the drain objective when the batch drains), the
-        live slots that may still draft become draft-less, as if admitted so: no more explorations, and the no-drafts
-        path of choose. Profiled costs only. The point estimates alone are not enough: on SmolLM2's MTP head at 4 slots
-        they read D(1) / D(0) = 1.045, two decisions demoted the batch, and every later batch ran K = 0 (1.00x of
-        `none`, where fixed k = 1 read 1.00-1.22x). A batch admitted with drafts whose decisions then keep choosing
-        K = 0 pays for every exploration of K = 1 (tiny pair, 16 slots, MTP: 6 of 94 steps at 1.8x the cost). Off (0)
-        for lookup proposers, whose acceptance follows the text a request has reached."""
+        as admission judges it (_no_drafts_verdict: K = 1's bounds and the regret rule, on the drain objective when the
+        batch drains), the live slots that may still draft become draft-less, as if admitted so: no more explorations,
+        and the no-drafts path of choose. Profiled costs only. The point estimates alone are not enough: on SmolLM2's
+        MTP head at 4 slots they read D(1) / D(0) = 1.045, two decisions demoted the batch, and every later batch ran
+        K = 0 (1.00x of `none`, where fixed k = 1 read 1.00-1.22x). A batch admitted with drafts whose decisions then
+        keep choosing K = 0 pays for every exploration of K = 1 (tiny pair, 16 slots, MTP: 6 of 94 steps at 1.8x the
+        cost). Off (0) for lookup proposers, whose acceptance follows the text a request has reached."""
         self.zero_decisions = self.zero_decisions + 1 if best == 0 else 0
         if not self.demote_after or self.zero_decisions < self.demote_after or not self.profiled:
             return
