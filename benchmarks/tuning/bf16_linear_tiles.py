@@ -1,5 +1,5 @@
 """Tuning sweep for batch_invariant_linear_bf16's tile and split-mode choice: the chosen tile shapes of the kernel
-(ids 0 .. 9 mma.sync, 10 .. 15 wgmma of which 14 and 15 warp-specialised;
+(ids 0 .. 9 mma.sync, 10 .. 16 wgmma of which 14, 15 and 16 warp-specialised;
 custom_ops/gpu_ops/kernels/batch_invariant_linear_bf16*) at the benchmark's shapes and batch sizes, each split shape
 in both split modes (one block / cluster), so PickMmaTile, PickWgTile, PickWsTile and the split-mode rule can be set
 from one GPU run. Bits are compared on the way: within an instruction

@@ -28,11 +28,11 @@ CUDA_ERROR_NOT_SUPPORTED = 801
 POISON_BYTE = 0xFF  # NaN in float32 and bfloat16
 TILE_NAME = "specworker_batch_invariant_linear_bf16_tile_launch"
 MMA_TILES = range(0, 10)  # mma.sync tiles (sm_80 and later)
-WGMMA_TILES = range(10, 16)  # wgmma tiles (sm_90a builds on sm_90 GPUs; else cudaErrorNotSupported)
-WS_TILES = (14, 15)  # warp-specialised wgmma tiles: the 16-byte path only (else cudaErrorNotSupported)
-NUM_TILES = 16
+WGMMA_TILES = range(10, 17)  # wgmma tiles (sm_90a builds on sm_90 GPUs; else cudaErrorNotSupported)
+WS_TILES = (14, 15, 16)  # warp-specialised wgmma tiles: the 16-byte path only (else cudaErrorNotSupported)
+NUM_TILES = 17
 # (tile, split_mode) pairs a tile does not have (documented in the launcher's header): cudaErrorInvalidValue
-MISSING_SPLIT_MODES = {(13, 0), (14, 0), (14, 1), (15, 1)}
+MISSING_SPLIT_MODES = {(13, 0), (14, 0), (14, 1), (15, 1), (16, 1)}
 SPLIT_PICK, SPLIT_ONE_BLOCK, SPLIT_CLUSTER = -1, 0, 1
 launch = launcher(NAME)
 tile_launch = launcher(TILE_NAME)
@@ -147,7 +147,7 @@ def run_tile(d_x, d_w, d_b, M, K, N, out_dtype, tile, split_mode):
 def test_batch_invariant_linear_bf16_every_tile_gives_the_same_bits(M, K, N, out_dtype):
     """The launcher picks the tile shape from M, K and N, and how a split K is summed (one block, or a
     cluster); the contract is that neither changes an output's arithmetic. Forcing each tile of an
-    instruction family (mma.sync 0 .. 9; wgmma 10 .. 15 where built) in each split mode on the same inputs
+    instruction family (mma.sync 0 .. 9; wgmma 10 .. 16 where built) in each split mode on the same inputs
     must give identical bits. The last three shapes split K (2, 4 chunks; (3000, 259) on element loads)."""
     x, w, b = bf16_inputs(np.random.default_rng([M, K, N]), M, K, N, True)
     d_x, d_w, d_b = to_device(x), to_device(w), to_device(b)
@@ -171,13 +171,15 @@ def test_batch_invariant_linear_bf16_every_tile_gives_the_same_bits(M, K, N, out
 @pytest.mark.parametrize("out_dtype", [OUT_FLOAT32, OUT_BFLOAT16], ids=["out_f32", "out_bf16"])
 @pytest.mark.parametrize("K", [520, 2304], ids=lambda v: f"K{v}")
 def test_batch_invariant_linear_bf16_persistent_tiles_walk_many_units_keep_bits(K, out_dtype):
-    """The warp-specialised tiles (14, 15) run a persistent grid of two-block clusters: a cluster walks several
-    (row pair, column tile) units with one ring whose barrier phases carry over from unit to unit, and the second
-    block of the last pair may own rows past M. M = 1100 is 9 row tiles of 128 (the last pair's second tile lies
-    wholly past M); N = 4104 is 33 column tiles of 128 and 17 of 256, the last 8 columns wide, so with at most 66
-    clusters resident on an H200 each walks 2 or 3 units; K = 520 ends inside a 64-wide k tile; K = 2304 splits into
-    2 chunks of 1152 (tile 15's one-block split; tile 14 has none). Every output must equal the 64 x 64 wgmma tile's
-    (cp.async ring, one block per output tile) bit for bit, and rows 0 .. 2 the same rows computed at M = 3."""
+    """The warp-specialised tiles (14 .. 16) run a persistent grid of two-block clusters: a cluster walks several (row
+    pair, column tile) units with one ring whose barrier phases carry over from unit to unit, and the second block
+    of the last pair may own rows past M. M = 1100 is 9 row tiles of 128 (the last pair's second tile lies wholly
+    past M); N = 4104 is 33 column tiles of 128, 22 of 192 (3 weight blocks of 64 columns: 0 and 2 copied by the
+    cluster's first block, 1 by the second; in the last tile, 72 columns wide, block 1 lies partly and block 2
+    wholly past N) and 17 of 256, the last 8 columns wide, so with at most 66 clusters resident on an H200 each
+    walks 2 or 3 units; K = 520 ends inside a 64-wide k tile; K = 2304 splits into 2 chunks of 1152 (tiles 15 and
+    16's one-block split; tile 14 has none). Every output must equal the 64 x 64 wgmma tile's (cp.async ring, one
+    block per output tile) bit for bit, and rows 0 .. 2 the same rows computed at M = 3."""
     M, N = 1100, 4104
     x, w, b = bf16_inputs(np.random.default_rng([K, out_dtype, 17]), M, K, N, True)
     d_x, d_w, d_b = to_device(x), to_device(w), to_device(b)

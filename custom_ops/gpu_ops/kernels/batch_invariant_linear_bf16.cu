@@ -490,16 +490,24 @@ int PickMmaTile(int M, int N, int splits, int sms) {
   return 2;
 }
 
-// The warp-specialised tile for a call (index into WsTile0 .. 1), or -1 for the wgmma tiles (PickWgTile), for speed
+// The warp-specialised tile for a call (index into WsTile0 .. 2), or -1 for the wgmma tiles (PickWgTile), for speed
 // only (every tile gives the same bits). Fitted on the H200 sweep with the CTA-scope stage release
 // (benchmarks/results/gpu_logs/issue22-gemm4/sweep.log): from M = 256 the warp-specialised tiles beat the wgmma
-// tiles at every shape (1.3-2.3x at M = 512 / 4096); the 128 x 128 tile (with its one-block split, the only tile
-// with a split among them) wins but where K >= 2048 meets M >= 2048 without a split (Llama gate_up / lm_head at
-// M = 4096: the 128 x 256 tile 1352 / 6097 us against 1400 / 7050).
+// tiles at every shape (1.3-2.3x at M = 512 / 4096); the 128 x 128 tile (with its one-block split) wins but where
+// K >= 2048 meets M >= 2048 without a split (Llama gate_up / lm_head at M = 4096: the 128 x 256 tile 1352 / 6097 us
+// against 1400 / 7050). The 128 x 192 tile replaces the 128 x 128 one where the slowest cluster's column steps
+// (units of a row pair x a column tile, one per two-block cluster at a time, about sms / 2 clusters, times the
+// tile's columns) drop by 1/8 without a split, or do not grow by more than 1/9 with one (there its one-block split
+// ran about 12% faster per column: H100, Llama qkv at M = 1024 / 4096, the same steps: 111 -> 98 / 380 -> 335 us).
+// Llama qkv at M = 512: 96 units of 128 columns are 1.45 waves of 66 clusters, 64 of 192 one wave: 77 -> 56 us
+// (H100, benchmarks/results/gpu_logs/issue22l/).
 int PickWsTile(int M, int N, int K, int splits, int sms) {
-  (void)sms;
   if (M < 256 || K < 64 || N < 64) return -1;
-  return splits == 1 && K >= 2048 && M >= 2048 ? 0 : 1;
+  if (splits == 1 && K >= 2048 && M >= 2048) return 0;
+  const int64_t row_pairs = CeilDiv(CeilDiv(M, 128), 2), clusters = sms / 2 > 0 ? sms / 2 : 1;
+  auto steps = [&](int bn) { return (row_pairs * CeilDiv(N, bn) + clusters - 1) / clusters * bn; };
+  const bool wider = splits > 1 ? steps(192) * 9 <= steps(128) * 10 : steps(192) * 8 <= steps(128) * 7;
+  return wider ? 2 : 1;
 }
 
 // Per device: 1 when this build's image for it holds the wgmma kernels (sm_90a), -1 when not, 0 not asked yet.

@@ -31,12 +31,13 @@ int specworker_batch_invariant_linear_bf16_launch(const __nv_bfloat16* x, const 
                                                   int N, int out_dtype, cudaStream_t stream);
 
 // The same with the tile shape and split mode forced (tests and tuning). tile = -1 picks it as the launcher
-// above does; 0 .. 9 name the mma.sync tiles, 10 .. 13 the wgmma tiles, 14 .. 15 the warp-specialised wgmma tiles
-// (wgmma: sm_90a builds on sm_90 GPUs only; 14 .. 15 also need the 16-byte path and K > 0; else
+// above does; 0 .. 9 name the mma.sync tiles, 10 .. 13 the wgmma tiles, 14 .. 16 the warp-specialised wgmma tiles
+// (wgmma: sm_90a builds on sm_90 GPUs only; 14 .. 16 also need the 16-byte path and K > 0; else
 // cudaErrorNotSupported). split_mode (when S > 1): -1 picks, 0 one block walks all chunks of its output tile,
 // 1 the S chunks go to the S blocks of a cluster (sm_90 and later, else cudaErrorNotSupported). Modes a tile lacks
-// give cudaErrorInvalidValue: 0 on tile 13, both on tile 14, 1 on tile 15. Every tile and both modes give the same
-// bits (docs/spec.md §4.8). cudaErrorInvalidValue for a tile outside [-1, 15] or a split_mode outside [-1, 1].
+// give cudaErrorInvalidValue: 0 on tile 13, both on tile 14, 1 on tiles 15 and 16. Every tile and both modes give
+// the same bits (docs/spec.md §4.8). cudaErrorInvalidValue for a tile outside [-1, 16] or a split_mode outside
+// [-1, 1].
 int specworker_batch_invariant_linear_bf16_tile_launch(const __nv_bfloat16* x, const __nv_bfloat16* weight,
                                                        const __nv_bfloat16* bias, void* out, int M, int K,
                                                        int N, int out_dtype, int tile, int split_mode,

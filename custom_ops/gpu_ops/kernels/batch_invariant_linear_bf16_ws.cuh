@@ -5,17 +5,17 @@
 // A block is 3 warpgroups: warpgroup 0 the producer (one thread issues bulk tensor copies, TMA), warpgroups 1 and 2
 // the consumers, rows 0 .. 63 and 64 .. 127 of a 128 x BN output tile, each as BN / NI wgmma per 16-wide k step.
 // Blocks come in clusters of two that own the two row tiles of a row pair and the same column tile: each block
-// copies its own x tile [128 rows][64 k] and half of the weight tile's 64-column blocks, multicast to both (the
-// weight tile is read from L2 once per pair). k tiles of 64 go through a STAGES-deep ring; per stage a "full"
-// mbarrier (the producer's expect-tx of the stage's bytes, the copies' completion) and an "empty" one (one arrival
-// per consumer warpgroup of both blocks, after its wgmma reading the stage have completed; a multicast writes into
-// both blocks). Shared layouts are the wgmma tiles' (TMA's 128-byte swizzle writes exactly them); columns and rows
-// past K, M or N arrive as zeros (TMA's out-of-bounds fill). The grid is persistent: cluster c walks the units
-// (row pair, column tile) c, c + clusters, ..., in groups of kGroupRows row pairs (all column tiles of a group
-// before the next), so the clusters running at once share x rows and weight columns in L2; the producer runs ahead
-// into the next unit while the consumers store the last one.
+// copies its own x tile [128 rows][64 k] and every other one of the weight tile's 64-column blocks (rank 0 the
+// even, rank 1 the odd ones), multicast to both (the weight tile is read from L2 once per pair). k tiles of 64 go
+// through a STAGES-deep ring; per stage a "full" mbarrier (the producer's expect-tx of the stage's bytes, the
+// copies' completion) and an "empty" one (one arrival per consumer warpgroup of both blocks, after its wgmma reading
+// the stage have completed; a multicast writes into both blocks). Shared layouts are the wgmma tiles' (TMA's
+// 128-byte swizzle writes exactly them); columns and rows past K, M or N arrive as zeros (TMA's out-of-bounds fill).
+// The grid is persistent: cluster c walks the units (row pair, column tile) c, c + clusters, ..., in groups of
+// kGroupRows row pairs (all column tiles of a group before the next), so the clusters running at once share x rows
+// and weight columns in L2; the producer runs ahead into the next unit while the consumers store the last one.
 // kSeq (S > 1): a consumer walks the unit's chunks with a running sum in a second accumulator set (FoldChunk), so
-// only tiles whose two sets fit in registers have it (BN = 128); no cluster split (the cluster is the row pair).
+// only tiles whose two sets fit in registers have it (BN = 128, 192); no cluster split (the cluster is the row pair).
 // Needs the 16-byte path (K % 8 == 0, N % 8 == 0, 16-byte aligned x and weight) and K > 0.
 
 namespace {
@@ -33,21 +33,26 @@ struct WsTile {
   static constexpr int kABytes = BM * 128, kBBytes = BN * 128, kStageBytes = kABytes + kBBytes;
   static constexpr int kRingBytes = STAGES * kStageBytes;
   static constexpr int kBytes = kRingBytes + 2 * STAGES * 8 + 1024;  // + barriers, + 1024-byte alignment
-  static constexpr bool kHasSeq = kInst * kAccInst <= 64;  // room for the running-sum set in registers
-  static_assert(BN % 128 == 0 && BN % NI == 0 && NI % 64 == 0, "64-column blocks split evenly over 2 blocks");
+  static constexpr bool kHasSeq = kInst * kAccInst <= 96;  // room for the running-sum set in registers
+  static_assert(BN % NI == 0 && NI % 64 == 0, "whole 64-column blocks per wgmma");
   static_assert(kBytes <= 227 * 1024, "fits one block's shared memory on sm_90");
   static_assert(kChunkAlign % BK == 0, "chunk edges fall on k-tile edges");
 };
 
-// Tile ids kNumMmaTiles + kNumWgTiles + 0, 1 of the tile launcher.
+// Tile ids kNumMmaTiles + kNumWgTiles + 0 .. 2 of the tile launcher.
 //                      BN   NI STAGES    block tile
 using WsTile0 = WsTile<256, 256, 4>;  // 128 x 256, one m64n256k16 per consumer and k step; S = 1 only
 using WsTile1 = WsTile<128, 128, 6>;  // 128 x 128, with the one-block split (kSeq)
-constexpr int kNumWsTiles = 2;
+using WsTile2 = WsTile<192, 192, 5>;  // 128 x 192, one m64n192k16, with the one-block split: fewer units per wave
+constexpr int kNumWsTiles = 3;
 
 template <class F>
 auto WithWsTile(int id, F&& f) -> decltype(f(WsTile0{})) {
-  return id == 0 ? f(WsTile0{}) : f(WsTile1{});
+  switch (id) {
+    case 0: return f(WsTile0{});
+    case 1: return f(WsTile1{});
+    default: return f(WsTile2{});
+  }
 }
 
 // Unit u of the persistent walk: its row pair and column tile (groups of kGroupRows row pairs, column tiles
@@ -107,9 +112,11 @@ __device__ __forceinline__ void WsProduce(const CUtensorMap* tmap_x, const CUten
       specworker::TmaLoad2d(stage, tmap_x, full + 8 * s, kt * T::BK, r0);
 #pragma unroll
       for (int j = 0; j < T::BN / 64; j += 2) {
-        const int b = j + static_cast<int>(rank);  // this block's half of the 64-column blocks
-        specworker::TmaLoad2dMulticast(stage + T::kABytes + b * (64 * 128), tmap_w, full + 8 * s, n0 + 64 * b,
-                                       kt * T::BK, 0x3);
+        const int b = j + static_cast<int>(rank);  // this block's share of the 64-column blocks
+        if (T::BN % 128 == 0 || b < T::BN / 64) {  // 192 columns: rank 1 copies one block, rank 0 two
+          specworker::TmaLoad2dMulticast(stage + T::kABytes + b * (64 * 128), tmap_w, full + 8 * s, n0 + 64 * b,
+                                         kt * T::BK, 0x3);
+        }
       }
       if (++s == T::STAGES) s = 0, phase ^= 1;
     }
