@@ -22,8 +22,9 @@ class Proposer(abc.ABC):
     # [N, D - 1, V] float32: the distribution each draft was sampled from, read by rejection verification;
     # None when drafts are one-hot (greedy drafts, lookup drafts). A buffer fixed for the proposer's life.
     draft_probs: paddle.Tensor | None = None
-    # The proposer caps its drafts by actual_draft_token_nums (ngram_match, write_host_drafts): a policy that
-    # owns the budget then writes k_b there each step. False: it caps by policy_draft_len alone (MTP).
+    # The proposer caps its drafts by actual_draft_token_nums (ngram_match, write_host_drafts), speculate_update's
+    # budget, which the runner caps by the policy's k_b (docs/spec.md §2.3). False: it caps by policy_draft_len
+    # alone (MTP).
     reads_draft_budget: bool = False
 
     @abc.abstractmethod

@@ -81,11 +81,12 @@ def _drain_grid(size: int) -> np.ndarray:
 class SpeculationPolicy:
     """Base: per-slot caps that follow the slot moves (a SlotFollower), and `choose`.
 
-    `owns_budget`: the choice replaces speculate_update's adaptive budget (actual_draft_token_nums := k_b);
-    False (fixed): that budget still applies, capped by k_b. `reads_remaining`: choose uses PolicyStep.remaining.
+    `steady_k`: a request's k_b stays its cap for its life (fixed), so speculate_update's budget, which a lookup
+    proposer drafts at most, needs capping by k_b only where an override is below k_max; otherwise it is capped
+    every step (ModelRunner._choose_draft_lens). `reads_remaining`: choose uses PolicyStep.remaining.
     """
 
-    owns_budget = True
+    steady_k = False
     reads_remaining = False  # choose reads PolicyStep.remaining (the worker builds it only then)
 
     def __init__(self, num_slots: int, k_max: int, *, pin_sampled: bool = False):
@@ -137,7 +138,7 @@ class SpeculationPolicy:
 class FixedPolicy(SpeculationPolicy):
     """k_max for every slot, every step (today's behaviour; speculate_update's budget applies as before)."""
 
-    owns_budget = False
+    steady_k = True
 
     def _choose(self, step: PolicyStep) -> int:
         return self.k_max

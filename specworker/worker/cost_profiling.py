@@ -41,6 +41,9 @@ class _FullDrafts(Proposer):
         self.draft_probs = inner.draft_probs
 
     def run(self, inputs: ProposerInputs) -> ProposerOutput:
+        # the budget the lookup and write_host_drafts cap by is K itself: the runner caps speculate_update's budget
+        # by k_b, and that budget shrinks with every rejected filler
+        inputs.actual_draft_token_nums.fill_(self.policy.k)
         out = self.inner.run(inputs)
         if inputs.max_draft_len > 0:
             num_slots, width = inputs.draft_tokens.shape

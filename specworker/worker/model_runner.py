@@ -245,21 +245,22 @@ class ModelRunner:
         return live, drafted
 
     def _choose_draft_lens(self, step: PolicyStep) -> np.ndarray:
-        """The policy's k_b -> policy_draft_len (an upload when it changed; no read), then the budget of a
-        proposer that caps by it (reads_draft_budget): the policy owns actual_draft_token_nums, or (fixed)
-        caps speculate_update's. MTP caps by policy_draft_len itself: nothing more runs."""
+        """The policy's k_b -> policy_draft_len (an upload when it changed; no read), then, for a proposer that caps
+        by speculate_update's budget (reads_draft_budget), that budget capped by k_b (docs/spec.md §2.3). MTP caps
+        by policy_draft_len itself: nothing more runs."""
         draft_lens = self.policy.choose(step)
         b, mirror = self._buffers, self.share_inputs["policy_draft_len_cpu"]
         if not np.array_equal(mirror.numpy(), draft_lens):  # the mirror: what the device holds
             values = draft_lens.astype(np.int32)
             b.policy_draft_len.set_value(values)
             mirror.set_value(values)
-        if self.proposer.reads_draft_budget and self.policy.owns_budget:
-            paddle.assign(b.policy_draft_len, output=b.actual_draft_token_nums)
-        elif self.proposer.reads_draft_budget and (draft_lens[step.live] < self.policy.k_max).any():
-            # a per-request override under fixed
-            paddle.assign(paddle.minimum(b.actual_draft_token_nums, b.policy_draft_len),
-                          output=b.actual_draft_token_nums)
+        if self.proposer.reads_draft_budget and (not self.policy.steady_k
+                                                 or (draft_lens[step.live] < self.policy.k_max).any()):
+            # budget := min(budget, k_b); a budget of 0 (the slot was held at k_b = 0) restarts at k_b, as a new
+            # request's does. Under a steady k (fixed) only an override below k_max needs it.
+            budget = b.actual_draft_token_nums
+            paddle.assign(paddle.where(budget > 0, paddle.minimum(budget, b.policy_draft_len), b.policy_draft_len),
+                          output=budget)
         return draft_lens
 
     def _pre_process(self, token_num: int):

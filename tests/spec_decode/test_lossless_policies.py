@@ -104,6 +104,47 @@ def test_policy_lossless_request_count():
     assert sum(n for name, n in COMPARED.items() if name.startswith("mtp_")) >= 200
 
 
+@pytest.mark.parametrize("method", ["ngram", "suffix"])
+def test_lookup_budget_is_capped_by_k_b_and_restarts_after_zero(method):
+    """A lookup proposer drafts at most speculate_update's budget, which the runner caps by the policy's k_b each
+    step (docs/spec.md §2.3): budget := min(budget, k_b), and a budget of 0 (a step held at k_b = 0) restarts at
+    k_b. So a slot drafts at most k_b, and a run of rejections still shortens its drafts under a policy that varies
+    k_b (the policy used to overwrite the budget with k_b)."""
+    seed = 911
+    config = make_config(method=method, k=3, **SCHED)
+    worker = Worker(config, policy=RandomPolicy(config.scheduler.max_num_seqs, 3, seed, draftless_rate=0.0))
+    runner = worker.runner
+    choose, propose = runner._choose_draft_lens, runner._propose
+    seen = {"capped": 0, "restarted": 0, "fed": 0}
+    chosen = {}
+
+    def checked_choose(step):
+        before = runner._buffers.actual_draft_token_nums.numpy().copy()
+        k_b = choose(step)
+        after = runner._buffers.actual_draft_token_nums.numpy()
+        np.testing.assert_array_equal(after, np.where(before > 0, np.minimum(before, k_b), k_b))
+        seen["capped"] += int((step.live & (before > 0) & (before < k_b)).sum())
+        seen["restarted"] += int((step.live & (before == 0) & (k_b > 0)).sum())
+        chosen["k_b"], chosen["live"] = k_b.copy(), step.live.copy()
+        return k_b
+
+    def checked_propose(hidden, meta, lens):
+        out = propose(hidden, meta, lens)
+        fed = runner._buffers.seq_lens_this_time.numpy()
+        live = chosen["live"] & (fed > 0)
+        assert (fed[live] - 1 <= chosen["k_b"][live]).all()
+        seen["fed"] += int((fed[live] > 1).sum())
+        return out
+
+    runner._choose_draft_lens, runner._propose = checked_choose, checked_propose
+    reqs = _repetitive_prompts(_requests(seed, 24), seed)
+    baseline = drive(Worker(make_config(**SCHED)), [dataclasses.replace(r, abort_at=None) for r in reqs])
+    out = drive(worker, reqs)
+    assert all(out[r] == baseline[r] for r in out)
+    # the cases the rule is about happened: a budget below k_b kept, a budget of 0 restarted, drafts fed
+    assert seen["capped"] > 0 and seen["restarted"] > 0 and seen["fed"] > 0
+
+
 @pytest.mark.parametrize("kw", [dict(method="mtp", k=2, steps=2), dict(method="ngram", k=3),
                                 dict(method="mtp", k=3, steps=3, policy="adaptive")], ids=["mtp", "ngram", "adaptive"])
 def test_override_zero_never_drafts_while_others_do(kw):

@@ -39,7 +39,7 @@ def test_fixed_policy_gives_k_max_and_honours_overrides():
     np.testing.assert_array_equal(policy.cap, [2, 0, 1])
     policy.on_clear(1)
     np.testing.assert_array_equal(policy.cap, [2, 2, 1])
-    assert not policy.owns_budget
+    assert policy.steady_k
 
 
 def _schedule_spec(schedule):
