@@ -168,9 +168,10 @@ class AdaptivePolicy(SpeculationPolicy):
     without one, from StepCostModel: per K, a local linear fit in B of the measured wall seconds of recent steady
     decode steps.
     Exploration: until every K has `need` observations of a step whose K equals the previous step's, the least
-    observed K is held for `hold` steps (so K = 0..k_max take turns and load drift hits them all); afterwards a
-    neighbour of the current K
-    (alternately above and below) is held for `hold` steps every `explore_every` decode steps, an interval that
+    observed K is held for `hold` steps (so K = 0..k_max take turns and load drift hits them all; with profiled costs
+    the K >= 1 with the fewest anchored verifications, for ceil(warm_reaches / B) steps); afterwards a neighbour of
+    the current K (alternately above and below; only the other where one is ruled out: `unsettled`) is held for
+    `hold` steps every `explore_every` decode steps, an interval that
     doubles (up to `explore_max`) each time the exploration leaves the choice as it was (once the worker totals hold
     `admit_min_reaches` verifications of draft position 1, and each neighbour has `settle_costs` steady cost
     observations and a rate at its optimistic acceptance, `confidence` standard errors up, below the choice's) and
@@ -230,6 +231,8 @@ class AdaptivePolicy(SpeculationPolicy):
         self.explore_interval = explore_every  # decode steps between neighbour explorations (backs off)
         self.last_explored = 0  # num_choices at the last neighbour exploration
         self.num_explorations = 0
+        # (K, the neighbours of K not ruled out) at the last _neighbours_settled: explorations of K go to those
+        self.unsettled: tuple[int, tuple[int, ...]] | None = None
         self.explored = False  # a neighbour exploration ended since the last exploitation choice
         self.kept_k = k_max  # the K exploitation last chose (switching away needs a margin)
         self._slot_counts = np.zeros((2, num_slots, k_max))  # [reaches, successes][N, K] decayed, per position j
@@ -656,7 +659,7 @@ class AdaptivePolicy(SpeculationPolicy):
             # change on the way there, and so the signature a kept decision needs (_kept_choice)
             self.held, self.probe_k = (self.probe_k, self.probe_hold), None
         if self.held is None:
-            self.held = self._exploration(ready)
+            self.held = self._exploration(ready, int(live.sum()))
         if self.held is not None:
             self.decision = None  # decide afresh after the exploration
             k, left = self.held
@@ -714,10 +717,12 @@ class AdaptivePolicy(SpeculationPolicy):
         """([K + 1] T, [K + 1] V) seconds of next step for K = 0..k_max at B = the live slots."""
         return self.costs.predict(int(live.sum()), self.k_max)
 
-    def _exploration(self, ready: bool) -> tuple[int, int] | None:
-        """(K, hold) to explore now, or None."""
-        if not ready and self.profiled:  # the K >= 1 whose steps anchored the fewest verifications, smallest first
-            return 1 + int(np.argmin(self._warm_counts())), self.hold
+    def _exploration(self, ready: bool, num_live: int) -> tuple[int, int] | None:
+        """(K, hold) to explore now, or None. num_live: the live slots that may be held."""
+        if not ready and self.profiled:
+            # the K >= 1 whose steps anchored the fewest verifications, smallest first, held until its own steps
+            # can have anchored `warm_reaches` of them (ceil(warm_reaches / slots) steps, at least `hold`)
+            return 1 + int(np.argmin(self._warm_counts())), max(self.hold, math.ceil(self.warm_reaches / num_live))
         if not ready:  # the K with the fewest steady observations, smallest first
             counts = [self.costs.count.get(k, 0) for k in range(self.k_max + 1)]
             return int(np.argmin(counts)), self.hold
@@ -726,6 +731,8 @@ class AdaptivePolicy(SpeculationPolicy):
             self.num_explorations += 1
             side = 1 if self.num_explorations % 2 else -1
             k = self.last_k + side if 0 <= self.last_k + side <= self.k_max else self.last_k - side
+            if self.unsettled is not None and self.unsettled[0] == self.last_k and len(self.unsettled[1]) == 1:
+                k = self.unsettled[1][0]  # the other neighbour is ruled out: exploring it would only cost
             return int(np.clip(k, 0, self.k_max)), self.hold
         return None
 
@@ -754,16 +761,21 @@ class AdaptivePolicy(SpeculationPolicy):
         rests on few steps anchored by its own drafts has a wide bound and keeps being explored every
         `explore_every` steps; so does one whose cost rests on fewer than `settle_costs` steady observations (two
         load spikes among the warm-up's three read T(4, 2) at 2.4x its cost, which no later exploration corrected
-        once the interval had backed off). point: the [N, K + 1] point-estimate gains when the caller has them."""
+        once the interval had backed off). point: the [N, K + 1] point-estimate gains when the caller has them.
+        Keeps the neighbours not ruled out in `unsettled`: where one of two is, explorations go to the other alone (on
+        the tiny pair at one slot K = 1's bound is 20% below K = 2's rate while K = 3's stays within reach, and every
+        other exploration of K = 1 cost 20% of two steps' tokens)."""
         neighbours = [n for n in (k - 1, k + 1) if 0 <= n <= self.k_max]
-        if any(self.costs.count.get(n, 0) < self.settle_costs for n in neighbours):
-            return False
-        acceptance = self.acceptance()
-        if point is None:
-            point, _ = self.expected_by_k(acceptance)
-        bound, _ = self.expected_by_k(acceptance, self.optimistic_prior_by_k())
-        rate = lambda gain, n: gain[rows, np.minimum(n, self.cap[rows])].sum() / max(seconds[n], 1e-9)  # noqa: E731
-        return all(rate(bound, n) < rate(point, k) for n in neighbours)
+        open_ = [n for n in neighbours if self.costs.count.get(n, 0) < self.settle_costs]
+        if len(open_) < len(neighbours):
+            acceptance = self.acceptance()
+            if point is None:
+                point, _ = self.expected_by_k(acceptance)
+            bound, _ = self.expected_by_k(acceptance, self.optimistic_prior_by_k())
+            rate = lambda gain, n: gain[rows, np.minimum(n, self.cap[rows])].sum() / max(seconds[n], 1e-9)  # noqa: E731
+            open_ += [n for n in neighbours if n not in open_ and rate(bound, n) >= rate(point, k)]
+        self.unsettled = (k, tuple(sorted(open_)))
+        return not open_
 
     def drain_seconds(self, live: np.ndarray, remaining: np.ndarray, by_k: np.ndarray | None = None) -> np.ndarray:
         """[K + 1] predicted seconds until every live slot has emitted its remaining tokens, the batch drafting with
