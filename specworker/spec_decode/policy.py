@@ -169,9 +169,9 @@ class AdaptivePolicy(SpeculationPolicy):
     decode steps.
     Exploration: until every K has `need` observations of a step whose K equals the previous step's, the least
     observed K is held for `hold` steps (so K = 0..k_max take turns and load drift hits them all; with profiled costs
-    the K >= 1 with the fewest anchored verifications, for ceil(warm_reaches / B) steps); afterwards a neighbour of
-    the current K (alternately above and below; only the other where one is ruled out: `unsettled`) is held for
-    `hold` steps every `explore_every` decode steps, an interval that
+    the K >= 1 with the fewest anchored verifications); afterwards a neighbour of the current K (alternately above
+    and below; only the other where one is ruled out: `unsettled`) is held for `hold` steps every `explore_every`
+    decode steps, an interval that
     doubles (up to `explore_max`) each time the exploration leaves the choice as it was (once the worker totals hold
     `admit_min_reaches` verifications of draft position 1, and each neighbour has `settle_costs` steady cost
     observations and a rate at its optimistic acceptance, `confidence` standard errors up, below the choice's) and
@@ -659,7 +659,7 @@ class AdaptivePolicy(SpeculationPolicy):
             # change on the way there, and so the signature a kept decision needs (_kept_choice)
             self.held, self.probe_k = (self.probe_k, self.probe_hold), None
         if self.held is None:
-            self.held = self._exploration(ready, int(live.sum()))
+            self.held = self._exploration(ready)
         if self.held is not None:
             self.decision = None  # decide afresh after the exploration
             k, left = self.held
@@ -717,12 +717,10 @@ class AdaptivePolicy(SpeculationPolicy):
         """([K + 1] T, [K + 1] V) seconds of next step for K = 0..k_max at B = the live slots."""
         return self.costs.predict(int(live.sum()), self.k_max)
 
-    def _exploration(self, ready: bool, num_live: int) -> tuple[int, int] | None:
-        """(K, hold) to explore now, or None. num_live: the live slots that may be held."""
-        if not ready and self.profiled:
-            # the K >= 1 whose steps anchored the fewest verifications, smallest first, held until its own steps
-            # can have anchored `warm_reaches` of them (ceil(warm_reaches / slots) steps, at least `hold`)
-            return 1 + int(np.argmin(self._warm_counts())), max(self.hold, math.ceil(self.warm_reaches / num_live))
+    def _exploration(self, ready: bool) -> tuple[int, int] | None:
+        """(K, hold) to explore now, or None."""
+        if not ready and self.profiled:  # the K >= 1 whose steps anchored the fewest verifications, smallest first
+            return 1 + int(np.argmin(self._warm_counts())), self.hold
         if not ready:  # the K with the fewest steady observations, smallest first
             counts = [self.costs.count.get(k, 0) for k in range(self.k_max + 1)]
             return int(np.argmin(counts)), self.hold

@@ -88,7 +88,8 @@ def test_build_profile_error_of_a_single_round_is_unknown():
 def _profile(sizes, table):
     seconds = np.array(table, dtype=np.float64)
     return CostProfile(batch_sizes=np.array(sizes), seconds=seconds, verify=0.5 * seconds,
-                       error=np.tile(np.arange(seconds.shape[1]) / 10, (len(sizes), 1)), steps=np.full(seconds.shape, 6))
+                       error=np.tile(np.arange(seconds.shape[1]) / 10, (len(sizes), 1)),
+                       steps=np.full(seconds.shape, 6))
 
 
 def test_profiled_costs_interpolate_t0_in_b_and_ratios_in_log_b():
@@ -166,45 +167,38 @@ def _run(policy, steps, live, accept=0.9, seed=0, until=None):
 def test_adaptive_on_a_profile_first_measures_each_k_then_chooses_by_the_profile():
     cheap = _adaptive()  # drafts nearly free: K = 2
     ks = _run(cheap, 60, [True] * 4)
-    # warm-up: the K with the fewest anchored verifications, held ceil(warm_reaches / 4 slots) = 3 steps
-    assert ks[:6] == [1, 1, 1, 2, 2, 2]
+    assert ks[:4] == [1, 1, 2, 2]  # warm-up: the K with the fewest anchored verifications, held 2 steps
     assert cheap._acceptance_warm() and (cheap.k_reaches[:, 0] >= cheap.warm_reaches).all()
     assert ks[-10:] == [2] * 10
     dear = _adaptive(profile=_profile([1, 4], [[1.0, 3.0, 6.0], [1.0, 3.0, 6.0]]))  # drafts 3x: K = 0
     assert _run(dear, 60, [True] * 4)[-10:] == [0] * 10
 
 
-@pytest.mark.parametrize("num_slots,hold", [(1, 12), (2, 6), (5, 3), (16, 2)])
-def test_adaptive_on_a_profile_warm_up_holds_a_k_until_its_own_steps_can_anchor_enough(num_slots, hold):
-    """The acceptance warm-up holds each K for ceil(warm_reaches / slots) steps (at least `hold`), so a K's
-    anchored verifications come from a run of its own steps, not from a step or two between other K's (on the tiny
-    pair at one slot, K = 3 read position 1 as 0.91 from such 2-step holds and 0.80 when run throughout, which kept
-    its neighbour bound above K = 2 and the explorations every 32 steps)."""
-    policy = _adaptive(num_slots=num_slots)
-    ks = _run(policy, 2 * hold, [True] * num_slots)
-    assert policy.warm_reaches == 12 and ks == [1] * hold + [2] * hold
-
-
 def test_adaptive_explores_only_the_neighbour_not_ruled_out():
-    """K = 2 is chosen; K = 1 is 24% slower even at its optimistic acceptance (ruled out), K = 3 3% slower at the
-    point estimates, within its bound: explorations go to K = 3 alone, not alternately to K = 1 and K = 3, until K = 3
-    is ruled out too (then both again, at the backed-off interval)."""
-    policy = _adaptive(k_max=3, profile=_profile([1, 4], [[1.0, 1.2, 1.3, 1.7], [1.0, 1.2, 1.3, 1.7]]), num_slots=1)
-    explored, explore = [], policy._exploration
+    """_neighbours_settled keeps the neighbours of the current K not ruled out (`unsettled`); where one of the two is
+    ruled out, the explorations go to the other alone instead of alternately above and below."""
+    policy = _adaptive(k_max=3, profile=_profile([1, 4], [[1.0, 1.5, 1.3, 1.64], [1.0, 1.5, 1.3, 1.64]]),
+                       num_slots=1)
+    _run(policy, 600, [True], accept=0.9)
+    assert policy.kept_k == 2
+    seconds = policy.predicted_costs(np.array([True]))[0]
+    policy._neighbours_settled(2, np.array([0]), seconds, None)
+    assert policy.unsettled[0] == 2 and 1 not in policy.unsettled[1]  # K = 1 (1.5x the cost of K = 0) ruled out
+    policy.costs.count[3] = policy.settle_costs - 1  # K = 3's cost on too few observations: not ruled out
+    assert not policy._neighbours_settled(2, np.array([0]), seconds, None) and policy.unsettled == (2, (3,))
 
-    def recording(ready, num_live):
-        held = explore(ready, num_live)
-        if ready and held is not None:
-            explored.append((held[0], policy.unsettled))
-        return held
+    def explorations(unsettled, last_k=2):
+        policy.unsettled, policy.last_k, out = unsettled, last_k, []
+        for _ in range(2):
+            policy.last_explored = policy.num_choices - policy.explore_interval  # an exploration is due
+            out.append(policy._exploration(True)[0])
+        return out
 
-    policy._exploration = recording
-    ks = _run(policy, 1200, [True], accept=0.9)
-    assert ks[-5:] == [2] * 5
-    targeted = [k for k, unsettled in explored if unsettled == (2, (3,))]
-    assert len(targeted) >= 4 and set(targeted) == {3}
-    # (alternation would have sent every other one to K = 1); once K = 3 is ruled out too, K = 1 is explored again
-    assert any(k == 1 for k, unsettled in explored if unsettled == (2, ()))
+    policy.num_explorations = 0
+    assert explorations(None) == [3, 1]  # alternately above and below
+    assert explorations((2, (1, 3))) == [3, 1] and explorations((2, ())) == [3, 1]
+    assert explorations((2, (3,))) == [3, 3] and explorations((2, (1,))) == [1, 1]
+    assert explorations((1, (3,))) == [3, 1]  # kept for another K: alternately again
 
 
 def test_adaptive_on_a_profile_never_probes_a_draftless_batch_size():
