@@ -163,7 +163,8 @@ class AdaptivePolicy(SpeculationPolicy):
     reaches (decay `decay` per step), p_j the worker's Laplace-smoothed totals, m = `prior_weight`. A step that allows
     a slot k drafts scales it by r_kj = p_kj / p_j, p_kj the worker's acceptance at position j in steps whose previous
     step allowed k drafts, shrunk to p_j with weight `k_prior_weight`: where a step of k drafts leaves the next step's
-    anchor depends on k, and so does the acceptance that anchor sees (docs/adaptive.md).
+    anchor depends on k, and so does the acceptance that anchor sees (docs/adaptive.md). A request's first verification
+    of drafts after admission counts only in first_totals (`fresh`: it accepts less than the ones after it).
     Cost: T(B, K) and its verify part V from a profile measured at worker start (use_profile: ProfiledCosts), or,
     without one, from StepCostModel: per K, a local linear fit in B of the measured wall seconds of recent steady
     decode steps.
@@ -238,6 +239,11 @@ class AdaptivePolicy(SpeculationPolicy):
         self._slot_counts = np.zeros((2, num_slots, k_max))  # [reaches, successes][N, K] decayed, per position j
         self._slot_raw = np.zeros((2, num_slots, k_max))  # the same, not decayed: the request's whole evidence
         self._totals = np.zeros((2, k_max))  # [reaches, successes][K]: worker totals (the prior)
+        # a request's first verification of drafts since its admission is counted apart (_flush): on the tiny pair
+        # position 1 is accepted 0.53 of the time there, 0.85 later; counted with the rest, one such rejection cut
+        # the slot's estimate ~14% for its life
+        self.fresh = np.zeros(num_slots, dtype=bool)  # [N] admitted, no verification of drafts counted yet
+        self._first_totals = np.zeros((2, k_max))  # [reaches, successes][K]: worker totals of first verifications
         self._k_totals = np.zeros((2, k_max, k_max))  # [.., k - 1, j]: worker totals of steps after one allowed k
         self._queued: list[tuple] = []  # steps observed but not counted yet (_flush)
         self.pending_decay = 1.0  # decay owed by successes / reaches for steps in which no slot drafted
@@ -282,6 +288,7 @@ class AdaptivePolicy(SpeculationPolicy):
     def on_insert(self, slot: int, request: SlotRequest) -> None:
         super().on_insert(slot, request)
         self._reset(slot)
+        self.fresh[slot] = True
 
     def on_clear(self, slot: int) -> None:
         evidence = self.slot_raw[:, slot]  # [2, K] (reaches, successes): the finished request's whole evidence
@@ -325,7 +332,7 @@ class AdaptivePolicy(SpeculationPolicy):
     def on_swap(self, i: int, j: int) -> None:
         super().on_swap(i, j)
         self.decision = None  # its per-slot k_b belong to the old rows
-        for a in (self.allowed, self.prev_allowed, self.draftless):
+        for a in (self.allowed, self.prev_allowed, self.draftless, self.fresh):
             a[[i, j]] = a[[j, i]]
         self.slot_counts[:, [i, j]] = self.slot_counts[:, [j, i]]
         self.slot_raw[:, [i, j]] = self.slot_raw[:, [j, i]]
@@ -333,7 +340,7 @@ class AdaptivePolicy(SpeculationPolicy):
     def on_move(self, src: int, dst: int) -> None:
         super().on_move(src, dst)
         self.decision = None
-        for a in (self.allowed, self.prev_allowed, self.draftless):
+        for a in (self.allowed, self.prev_allowed, self.draftless, self.fresh):
             a[dst] = a[src]
         self.slot_counts[:, dst] = self.slot_counts[:, src]
         self.slot_raw[:, dst] = self.slot_raw[:, src]
@@ -346,6 +353,7 @@ class AdaptivePolicy(SpeculationPolicy):
         self.allowed[slot] = 0
         self.prev_allowed[slot] = 0
         self.draftless[slot] = False
+        self.fresh[slot] = False
 
     def admit(self, slot: int, num_slots: int, remaining: np.ndarray | None = None) -> bool:
         """Draft-less when K = 0 is settled at num_slots (_no_drafts_verdict, unless _probed re-measures it; on the
@@ -489,7 +497,10 @@ class AdaptivePolicy(SpeculationPolicy):
         # Counted lazily (_flush, when an estimate is read or a slot moves): a step only queues its rows, which keeps
         # it to a few numpy calls (counting each step cost ~0.07 ms inside a running worker, 1% of a 6.5 ms step).
         # The factor is the decay this step's counting applies to the counts before it.
-        self._queued.append((allowed, emitted, self.prev_allowed, self.pending_decay * self.decay,
+        verified = (allowed > 0) & (emitted > 0)
+        first = verified & self.fresh  # counted apart (_flush)
+        self.fresh &= ~verified
+        self._queued.append((allowed, emitted, self.prev_allowed, self.pending_decay * self.decay, first,
                              step.drafted.copy() if self.profiled else None))  # drafted: for the fill only
         self.pending_decay = 1.0
         self.prev_allowed = np.where(emitted > 0, allowed, 0)
@@ -510,14 +521,20 @@ class AdaptivePolicy(SpeculationPolicy):
         reached / accepted positions, the per-k totals the same filed under each slot's previous k_b (the k that
         placed the anchor: a fully accepted step of k drafts moves it k + 1 tokens on, and the acceptance seen from
         it depends on where it lies; on the tiny pair, position 1 after a fully accepted step: 0.65 at k = 3, 0.94
-        at k = 2), and the slot counts are decayed by the step's factor, then gain its counts."""
+        at k = 2), and the slot counts are decayed by the step's factor, then gain its counts. A request's first
+        verification of drafts since admission goes to first_totals alone (`fresh`; docs/adaptive.md, "First
+        verifications")."""
         if not self._queued:
             return
-        allowed, emitted, prev, factors, drafted = zip(*self._queued)
+        allowed, emitted, prev, factors, first, drafted = zip(*self._queued)
         self._queued.clear()
         if self.profiled:
             self._count_fill(np.stack(allowed), np.stack(emitted), np.stack(drafted))
         counts = self._count_table[:, np.stack(allowed), np.stack(emitted)]  # [2, S, N, K]: 0 where emitted 0
+        first = np.stack(first)  # [S, N]
+        if first.any():  # a request's first verification: its own totals, in nothing else
+            self._first_totals += counts[:, first].sum(axis=1)
+            counts = counts * ~first[None, :, :, None]
         n, k = counts.shape[2], self.k_max
         self._totals += counts.sum(axis=(1, 2))
         flat = counts.reshape(2, -1, k)  # [2, S * N, K]
@@ -532,6 +549,7 @@ class AdaptivePolicy(SpeculationPolicy):
     slot_raw = property(lambda self: self._flushed(self._slot_raw))  # [reaches, successes][N, K] not decayed
     totals = property(lambda self: self._flushed(self._totals))  # [reaches, successes][K]: worker totals (the prior)
     k_totals = property(lambda self: self._flushed(self._k_totals))  # [.., k - 1, j]: totals of steps after k
+    first_totals = property(lambda self: self._flushed(self._first_totals))  # [2, K]: of first verifications
 
     def _flushed(self, counts: np.ndarray) -> np.ndarray:
         self._flush()

@@ -169,6 +169,32 @@ def test_adaptive_counts_positions_a_slot_was_allowed_but_not_drafted():
     assert policy.reaches[1].sum() == 0  # slot 1 was paused throughout
 
 
+def test_adaptive_counts_a_requests_first_verification_apart():
+    """A request's first verification of drafts after admission goes to first_totals alone (`fresh`, docs/adaptive.md
+    "First verifications"); its later ones to the slot and worker counts. The flag follows slot moves; a slot never
+    admitted (bare policy) counts every verification."""
+    policy = AdaptivePolicy(3, 2)
+    policy.on_insert(0, _request())
+    policy.on_insert(1, _request())
+    policy.on_swap(1, 2)  # slot 2's request is fresh now, slot 1 is free
+    policy.observe(_step([True, False, True], drafted=[2, 0, 0], emitted=[1, 0, 1]))  # slot 2: prefill, no drafts
+    np.testing.assert_array_equal(policy.totals, 0.0)  # slot 0's first verification (rejected) is apart
+    np.testing.assert_array_equal(policy.slot_counts, 0.0)
+    np.testing.assert_array_equal(policy.first_totals, [[1.0, 0.0], [0.0, 0.0]])
+    policy.observe(_step([True, False, True], drafted=[2, 0, 2], emitted=[3, 0, 3]))  # slot 2's first, slot 0's second
+    np.testing.assert_array_equal(policy.totals, [[1.0, 1.0], [1.0, 1.0]])
+    np.testing.assert_array_equal(policy.slot_counts[0, 0], [1.0, 1.0])
+    np.testing.assert_array_equal(policy.slot_counts[:, 2], 0.0)
+    np.testing.assert_array_equal(policy.first_totals, [[2.0, 1.0], [1.0, 1.0]])
+    policy.on_move(2, 1)
+    policy.observe(_step([False, True, False], drafted=[0, 1, 0], emitted=[0, 1, 0]))  # moved slot: counted now
+    np.testing.assert_array_equal(policy.slot_raw[:, 1], [[1.0, 0.0], [0.0, 0.0]])
+    assert not policy.fresh.any()
+    bare = AdaptivePolicy(1, 2)
+    bare.observe(_step([True], drafted=[2], emitted=[1]))
+    np.testing.assert_array_equal(bare.totals, [[1.0, 0.0], [0.0, 0.0]])
+
+
 def _cost(slots, drafts, substeps, seconds, verify=0.0):
     return StepCost(num_slots=slots, num_drafts=drafts, num_substeps=substeps, seconds=seconds, verify_seconds=verify)
 
