@@ -235,7 +235,10 @@ class AdaptivePolicy(SpeculationPolicy):
         # (K, the neighbours of K not ruled out) at the last _neighbours_settled: explorations of K go to those
         self.unsettled: tuple[int, tuple[int, ...]] | None = None
         self.explored = False  # a neighbour exploration ended since the last exploitation choice
-        self.kept_k = k_max  # the K exploitation last chose (switching away needs a margin)
+        # the K exploitation last chose (switching away needs a margin); None before its first choice, which no margin
+        # holds back: at one slot on the tiny pair K = 3, kept from the start, read 0.988 of K = 2's rate at the first
+        # choice and ran until its own steps' acceptance pulled it below K = 2 by the margin
+        self.kept_k: int | None = None
         self._slot_counts = np.zeros((2, num_slots, k_max))  # [reaches, successes][N, K] decayed, per position j
         self._slot_raw = np.zeros((2, num_slots, k_max))  # the same, not decayed: the request's whole evidence
         self._totals = np.zeros((2, k_max))  # [reaches, successes][K]: worker totals (the prior)
@@ -845,7 +848,7 @@ class AdaptivePolicy(SpeculationPolicy):
         bounds the drain, which D(K) weighs and a per-token rate does not."""
         seconds = self.drain_seconds(live, remaining)
         best = int(np.argmin(seconds))  # ties go to the smaller K
-        if seconds[best] > (1 - self.switch_margin) * seconds[self.kept_k]:
+        if self.kept_k is not None and seconds[best] > (1 - self.switch_margin) * seconds[self.kept_k]:
             best = self.kept_k
         self._settle(best, live, None)
         return best, np.minimum(best, self.cap)
@@ -856,7 +859,7 @@ class AdaptivePolicy(SpeculationPolicy):
         K = 0 made on a few early verifications gathers none but in explorations; at batch 1 an exploration of
         K - 1 brings 2 verifications anchored by it, and its acceptance can differ from K's) and each neighbour's
         optimistic rate at T(B, K) is below the choice's. seconds: T(B, K) (default: predicted at the live B)."""
-        if best != self.kept_k:
+        if self.kept_k is not None and best != self.kept_k:
             self.explore_interval = self.explore_every
         elif self.explored and self.total_reaches[0] >= self.admit_min_reaches:
             seconds = self.predicted_costs(live)[0] if seconds is None else seconds
@@ -875,7 +878,7 @@ class AdaptivePolicy(SpeculationPolicy):
         k_b = np.minimum(np.arange(self.k_max + 1)[:, None], self.cap[rows][None, :])  # [K + 1, B]
         rates = np.take_along_axis(gain[rows].T, k_b, axis=0).sum(axis=1) / np.maximum(seconds, 1e-9)  # [K + 1]
         best = int(np.argmax(rates))  # ties go to the smaller K
-        if rates[best] < (1 + self.switch_margin) * rates[self.kept_k]:
+        if self.kept_k is not None and rates[best] < (1 + self.switch_margin) * rates[self.kept_k]:
             best = self.kept_k  # within the margin of the current K: stay (measurement noise, KV refill)
         self._settle(best, live, None if self.optimism else gain, seconds)
         k_b = np.minimum(best, self.cap)

@@ -798,6 +798,7 @@ def test_adaptive_keeps_a_repeated_decision_longer():
     (best_k calls) over steady 1-slot steps whose drafts are all accepted: K = 1 wins (2 tokens for 1.5x a step)
     until its costs rise to 3x, then K = 0 does."""
     policy = adaptive_with(1, 1, lambda b, k: 0.01 * (1 + 0.5 * k), explore_every=10**9)
+    policy.kept_k = 1  # K = 1 chosen already (at the prior, 0.5, the first choice is a tie, which goes to K = 0)
     decided = []
     best_k = policy.best_k
     policy.best_k = lambda *a, **kw: (decided.append((policy.num_choices, policy.keep_period)), best_k(*a, **kw))[1]
