@@ -169,6 +169,16 @@ def test_adaptive_counts_positions_a_slot_was_allowed_but_not_drafted():
     assert policy.reaches[1].sum() == 0  # slot 1 was paused throughout
 
 
+def test_adaptive_first_choice_has_no_incumbent():
+    """No K is kept before the first exploitation choice, so no switch margin holds one: E(1) = 1.9, E(2) = 2.35, and
+    K = 2's rate 1% below K = 1's. Then the margin holds the choice made: K = 2 1% above K = 1 stays K = 1."""
+    policy = _adaptive(1, 2, [[0.9, 0.5]])
+    live = np.array([True])
+    assert policy.kept_k is None
+    assert policy.best_k(live, np.array([1.0, 1.0, 2.35 / 1.881]))[0] == 1  # K = 2 at 1.881 against 1.9
+    assert policy.best_k(live, np.array([1.0, 1.0, 2.35 / 1.918]))[0] == 1  # within the 2% margin of the choice
+
+
 def test_adaptive_counts_a_requests_first_verification_apart():
     """A request's first verification of drafts after admission goes to first_totals alone (`fresh`, docs/adaptive.md
     "First verifications"); its later ones to the slot and worker counts. The flag follows slot moves; a slot never
