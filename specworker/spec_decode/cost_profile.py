@@ -14,7 +14,8 @@ import numpy as np
 from specworker.spec_decode.policy import PolicyStep, SpeculationPolicy
 from specworker.spec_decode.step_cost_model import StepCost, StepCostModel
 
-__all__ = ["CostProfile", "ProfilePolicy", "ProfiledCosts", "ProfileRow", "build_profile", "profile_batch_sizes"]
+__all__ = ["CostProfile", "ProfilePolicy", "ProfiledCosts", "ProfileRow", "build_profile", "prefill_cost",
+           "profile_batch_sizes"]
 
 # a K's relative error where fewer than two rounds measured it (the policy's lower bound clips at 0.5)
 _UNKNOWN_ERROR = 0.5
@@ -47,6 +48,8 @@ class CostProfile:
     verify: np.ndarray  # [G, K + 1] V(B, K)
     error: np.ndarray  # [G, K + 1] relative standard error of T(B, K) / T(B, 0) (0 at K = 0)
     steps: np.ndarray  # [G, K + 1] int64 steady steps measured
+    # proposer seconds per prompt token a prefill step writes (the MTP draft prefill; ~0 for a lookup), prefill_cost
+    prefill_per_token: float = 0.0
 
     @property
     def k_max(self) -> int:
@@ -55,12 +58,25 @@ class CostProfile:
     def to_dict(self) -> dict:
         """Plain lists (bench.json)."""
         return {"batch_sizes": self.batch_sizes.tolist(), "seconds": self.seconds.tolist(),
-                "verify": self.verify.tolist(), "error": self.error.tolist(), "steps": self.steps.tolist()}
+                "verify": self.verify.tolist(), "error": self.error.tolist(), "steps": self.steps.tolist(),
+                "prefill_per_token": self.prefill_per_token}
 
 
-def build_profile(rows: list[ProfileRow], k_max: int) -> CostProfile | None:
+def prefill_cost(samples: list[tuple[int, float]]) -> float:
+    """Proposer seconds per prompt token from the profile's prefill steps, (prompt tokens written, proposer seconds)
+    each: the least-squares slope of seconds on tokens (the intercept takes what a step costs whatever it writes), at
+    least 0; 0 without two different token counts."""
+    if len({tokens for tokens, _ in samples}) < 2:
+        return 0.0
+    tokens, seconds = np.array(samples, dtype=np.float64).T
+    centred = tokens - tokens.mean()
+    return max(float(centred @ (seconds - seconds.mean()) / (centred @ centred)), 0.0)
+
+
+def build_profile(rows: list[ProfileRow], k_max: int, prefills: list[tuple[int, float]] = ()) -> CostProfile | None:
     """The profile of `rows` (steady steps), at each batch size where every K 0..k_max has a round that measured
-    both it and K = 0; None when no batch size has."""
+    both it and K = 0; None when no batch size has. prefills: the prefill steps' (prompt tokens, proposer seconds),
+    for prefill_cost."""
     sizes, seconds, verify, error, steps = [], [], [], [], []
     for b in sorted({row.cost.num_slots for row in rows}):
         at_b = [row for row in rows if row.cost.num_slots == b]
@@ -85,7 +101,8 @@ def build_profile(rows: list[ProfileRow], k_max: int) -> CostProfile | None:
     if not sizes:
         return None
     return CostProfile(batch_sizes=np.array(sizes, dtype=np.int64), seconds=np.array(seconds),
-                       verify=np.array(verify), error=np.array(error), steps=np.array(steps, dtype=np.int64))
+                       verify=np.array(verify), error=np.array(error), steps=np.array(steps, dtype=np.int64),
+                       prefill_per_token=prefill_cost(list(prefills)))
 
 
 def _ratio_error(ratios: list[float]) -> float:
@@ -114,6 +131,7 @@ class ProfiledCosts:
     def __init__(self, profile: CostProfile, *, bandwidth: float = 0.35):
         self.profile = profile
         self.bandwidth = bandwidth  # nearness()'s kernel width, as StepCostModel's
+        self.prefill_per_token = profile.prefill_per_token  # proposer seconds per prompt token prefilled
         k = profile.k_max
         # steps per K (the policy's evidence counts: every K is measured before the first request)
         self.count: dict[int, int] = {i: int(profile.steps[:, i].sum()) for i in range(k + 1)}
@@ -188,6 +206,7 @@ class ProfilePolicy(SpeculationPolicy):
         super().__init__(num_slots, k_max)
         self.k, self.round = 0, 0
         self.rows: list[ProfileRow] = []
+        self.prefills: list[tuple[int, float]] = []  # (prompt tokens, proposer seconds) of each prefill step
         self._recent: list[tuple[int, int]] = []  # (K, round) of the last two choices, newest last
 
     def forget(self) -> None:

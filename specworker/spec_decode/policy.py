@@ -114,12 +114,14 @@ class SpeculationPolicy:
             a[dst] = a[src]
         self.cap[src], self.pinned[src] = self.k_max, False
 
-    def admit(self, slot: int, num_slots: int, remaining: np.ndarray | None = None) -> bool:
+    def admit(self, slot: int, num_slots: int, remaining: np.ndarray | None = None,
+              prompt_left: np.ndarray | None = None) -> bool:
         """Once per request, before its first prompt chunk, num_slots = the occupied slots after this step's
         admissions: whether the request may ever draft. False: the slot is draft-less (cap 0 for its life) and the
         proposer may skip what only drafting needs (the MTP draft prefill). remaining: [N] tokens each occupied
         slot may still generate when no request waits after these admissions (the batch will drain; 0 for a free
-        slot), else None (as PolicyStep.remaining). Here: only an override of 0."""
+        slot), else None (as PolicyStep.remaining); prompt_left: [N] prompt tokens each slot has still to prefill,
+        this step's chunks included, given with remaining. Here: only an override of 0."""
         return self.may_draft(slot)
 
     def may_draft(self, slot: int) -> bool:
@@ -268,6 +270,7 @@ class AdaptivePolicy(SpeculationPolicy):
         self._spread: np.ndarray | None = None
         self.allowed = np.zeros(num_slots, dtype=np.int64)  # [N] k_b of the step being verified next (0: not decoding)
         self.draftless = np.zeros(num_slots, dtype=bool)  # [N] admitted draft-less by this policy (cap 0 for life)
+        self.admitted = np.zeros(num_slots, dtype=bool)  # [N] admit() has decided the slot's request
         self.num_draftless = 0  # requests admitted draft-less (metrics, tests)
         self._admission: tuple[tuple, bool] | None = None  # (key, decision) of this step's admissions
         self.recent_k: list[int] = []  # the batch K of the last two choices, newest last
@@ -335,7 +338,7 @@ class AdaptivePolicy(SpeculationPolicy):
     def on_swap(self, i: int, j: int) -> None:
         super().on_swap(i, j)
         self.decision = None  # its per-slot k_b belong to the old rows
-        for a in (self.allowed, self.prev_allowed, self.draftless, self.fresh):
+        for a in (self.allowed, self.prev_allowed, self.draftless, self.fresh, self.admitted):
             a[[i, j]] = a[[j, i]]
         self.slot_counts[:, [i, j]] = self.slot_counts[:, [j, i]]
         self.slot_raw[:, [i, j]] = self.slot_raw[:, [j, i]]
@@ -343,7 +346,7 @@ class AdaptivePolicy(SpeculationPolicy):
     def on_move(self, src: int, dst: int) -> None:
         super().on_move(src, dst)
         self.decision = None
-        for a in (self.allowed, self.prev_allowed, self.draftless, self.fresh):
+        for a in (self.allowed, self.prev_allowed, self.draftless, self.fresh, self.admitted):
             a[dst] = a[src]
         self.slot_counts[:, dst] = self.slot_counts[:, src]
         self.slot_raw[:, dst] = self.slot_raw[:, src]
@@ -357,26 +360,43 @@ class AdaptivePolicy(SpeculationPolicy):
         self.prev_allowed[slot] = 0
         self.draftless[slot] = False
         self.fresh[slot] = False
+        self.admitted[slot] = False
 
-    def admit(self, slot: int, num_slots: int, remaining: np.ndarray | None = None) -> bool:
+    def admit(self, slot: int, num_slots: int, remaining: np.ndarray | None = None,
+              prompt_left: np.ndarray | None = None) -> bool:
         """Draft-less when K = 0 is settled at num_slots (_no_drafts_verdict, unless _probed re-measures it; on the
-        drain objective when `remaining` says the batch drains); never a pinned request (its tokens depend on k_b, so
-        timing must not decide it). The admissions of one step share one decision (the batch they join is the same;
-        a drain prediction for 64 slots is ~0.2 ms, 64 of them 12 ms)."""
-        if self.cap[slot] > 0 and not self.pinned[slot] and self._admission_settles(num_slots, remaining):
+        drain objective when `remaining` says the batch drains, the draft prefill of `prompt_left` priced in); never a
+        pinned request (its tokens depend on k_b, so timing must not decide it). The admissions of one step share one
+        decision (the batch they join is the same; a drain prediction for 64 slots is ~0.2 ms, 64 of them 12 ms)."""
+        if self.cap[slot] > 0 and not self.pinned[slot] and self._admission_settles(num_slots, remaining,
+                                                                                       prompt_left):
             self.cap[slot] = 0
             self.draftless[slot] = True
             self.num_draftless += 1
+        self.admitted[slot] = True
         return self.may_draft(slot)
 
-    def _admission_settles(self, num_slots: int, remaining: np.ndarray | None) -> bool:
+    def _admission_settles(self, num_slots: int, remaining: np.ndarray | None,
+                           prompt_left: np.ndarray | None = None) -> bool:
         """_no_drafts_verdict and _probed, decided once per step's admissions: the memo is dropped at every choose,
         and keyed by the batch and the evidence (verifications of position 1, cost observations) besides."""
-        key = (num_slots, None if remaining is None else np.asarray(remaining).tobytes(), float(self.total_reaches[0]),
+        key = (num_slots, None if remaining is None else np.asarray(remaining).tobytes(),
+               None if prompt_left is None else np.asarray(prompt_left).tobytes(), float(self.total_reaches[0]),
                sum(self.costs.count.values()))
         if self._admission is None or self._admission[0] != key:
-            self._admission = (key, self._probed(num_slots, *self._no_drafts_verdict(num_slots, remaining)))
+            verdict = self._no_drafts_verdict(num_slots, remaining, self._draft_prefill_seconds(prompt_left))
+            self._admission = (key, self._probed(num_slots, *verdict))
         return self._admission[1]
+
+    def _draft_prefill_seconds(self, prompt_left: np.ndarray | None) -> float:
+        """Proposer seconds the prompts still to prefill cost if they draft (docs/adaptive.md, "The draft
+        prefill"): prefill_per_token (the cost profile's) times the prompt tokens left of the slots not admitted yet
+        (this step's admissions among them) that may draft. A slot admitted in an earlier step drafts or not as it
+        was admitted: its prefill is not this decision's."""
+        if prompt_left is None:
+            return 0.0
+        open_ = ~self.admitted & (self.cap > 0) & ~self.pinned
+        return float(self.costs.prefill_per_token * np.asarray(prompt_left)[open_].sum())
 
     def _probed(self, num_slots: int, settled: bool, runner_up: int) -> bool:
         """`settled`, unless no K >= 1 cost was filed near num_slots (kernel weight >= 0.5) in the last
@@ -403,7 +423,8 @@ class AdaptivePolicy(SpeculationPolicy):
             self.num_probes += 1
         return False
 
-    def _no_drafts_verdict(self, num_slots: int, remaining: np.ndarray | None) -> tuple[bool, int]:
+    def _no_drafts_verdict(self, num_slots: int, remaining: np.ndarray | None,
+                           draft_prefill: float = 0.0) -> tuple[bool, int]:
         """(settled, the K >= 1 nearest to K = 0 at the bounds below). K = 0 is settled at batch size num_slots when
         every K has `need` steady observations, with a summed kernel weight >= 1 at num_slots (the prediction there
         rests on near observations, not on far ones), the worker totals hold `admit_min_reaches` verifications of
@@ -442,8 +463,10 @@ class AdaptivePolicy(SpeculationPolicy):
         live = None if remaining is None else np.asarray(remaining) > 0
         if live is not None and live.sum() > 1:
             remaining = np.asarray(remaining)
-            point = self.drain_seconds(live, remaining)  # [K + 1]
-            optimistic = self.drain_seconds(live, remaining, self.optimistic_prior_by_k())
+            # every K >= 1 also pays the draft prefill of the prompts still to come (_draft_prefill_seconds)
+            prefill = np.where(np.arange(self.k_max + 1) > 0, draft_prefill, 0.0)
+            point = self.drain_seconds(live, remaining) + prefill  # [K + 1]
+            optimistic = self.drain_seconds(live, remaining, self.optimistic_prior_by_k()) + prefill
             # D is linear in each K's step cost: at its lower bound, D (1 - error). Ties go to no drafts: a draining
             # batch admitted with drafts pays the explorations and the policy's per-step work for its whole drain
             bound = optimistic * (1 - cost_error)

@@ -84,6 +84,7 @@ class StepCostModel:
         # a K >= 1 without a trusted chain is read relative to T(B, 0) now when that moves it by more than this
         # factor (_rescale_unchained; inf: never)
         self.rescale_beyond = rescale_beyond
+        self.prefill_per_token = 0.0  # proposer seconds per prompt token prefilled: not measured while serving
         self.window, self.outlier, self.bandwidth, self.refit_every = window, outlier, bandwidth, refit_every
         self.recent, self.pair_steps, self.pair_support = recent, pair_steps, pair_support
         self.pair_trust = pair_trust  # a chain's T(B, K) is used within this factor of K's own fit

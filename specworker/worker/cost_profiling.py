@@ -85,7 +85,7 @@ def profile_step_costs(worker, *, rounds: int, hold: int = 3) -> CostProfile | N
         runner.policy, runner.proposer = own_policy, own_proposer
         worker.reset_stats()
     rows = [row for row in probe.rows if row.cost.num_slots in sizes]
-    profile = build_profile(rows, k_max)
+    profile = build_profile(rows, k_max, probe.prefills)
     logger.info("cost profile: %d batch sizes, %d steady steps in %.1f s", 0 if profile is None else
                 len(profile.batch_sizes), len(rows), time.perf_counter() - start)
     return profile
@@ -150,10 +150,14 @@ def _admit(worker, probe: ProfilePolicy, size: int, batch: int, prompt: list[int
     except ValueError:  # a request larger than the whole KV cache: nothing to measure at this size
         _abort(worker, ids)
         return None
+    prefilled = lambda: sum(worker.requests[r].num_prefilled for r in ids if r in worker.requests)  # noqa: E731
     for _ in range(4 * size + 8):  # admission and prefill (chunks share the token budget)
         if len(worker.scheduler.running) == size and not worker.scheduler.waiting and all(
                 worker.requests[r].num_prefilled >= len(prompt) for r in ids):
             return ids
+        tokens, seconds = prefilled(), worker.phase_seconds["proposer"]
         worker.step()
+        if prefilled() > tokens:  # the proposer's share of a step that wrote prompt tokens (the MTP draft prefill)
+            probe.prefills.append((prefilled() - tokens, worker.phase_seconds["proposer"] - seconds))
     _abort(worker, ids)
     return None

@@ -129,10 +129,11 @@ class ModelRunner:
         self.input_batch.reorder_split_prefill_and_decode()
 
     def write_prefill(self, slot: int, prompt_token_ids: list[int], start: int, length: int, *,
-                      remaining: np.ndarray | None = None) -> None:
+                      remaining: np.ndarray | None = None, prompt_left: np.ndarray | None = None) -> None:
         """This step prefills prompt[start:start + length] of `slot` (a whole prompt or one chunk). remaining: [N]
-        tokens each occupied slot may still generate when no request waits after this step's admissions, else None
-        (the policy's admission reads it: SpeculationPolicy.admit).
+        tokens each occupied slot may still generate when no request waits after this step's admissions, else None;
+        prompt_left: [N] prompt tokens each occupied slot has still to prefill, this step's chunks included, given
+        with remaining (the policy's admission reads both: SpeculationPolicy.admit).
 
         Also undoes what the previous chunk's step did to the row (it emitted a token the host
         discards: step_idx, history, stop flag, KV length), so every chunk starts from the same state.
@@ -149,7 +150,8 @@ class ModelRunner:
             row["pre_ids"] = np.full([self.input_batch.dims["max_model_len"]], -1, dtype=np.int64)
         self.input_batch.write_row(slot, row)
         if start == 0:  # the request's first chunk: the batch it joins is known (every admission is inserted)
-            self.policy.admit(slot, num_slots=len(self.input_batch.req_id_to_slot), remaining=remaining)
+            self.policy.admit(slot, num_slots=len(self.input_batch.req_id_to_slot), remaining=remaining,
+                              prompt_left=prompt_left)
         self.proposer.write_prefill(slot, prompt_token_ids, start, length,
                                     draft_less=not self.policy.may_draft(slot))
 

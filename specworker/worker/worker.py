@@ -233,10 +233,15 @@ class Worker:
         # the batch the admissions join, and whether it drains (nothing waits): the policy's admission reads it at a
         # request's first chunk, which may come steps after its admission (a prefill paused for the token budget)
         remaining = self._remaining_tokens() if any(chunk.start == 0 for chunk in plan.prefill) else None
+        prompt_left = None  # with remaining: the prompt tokens each slot has still to prefill (its draft prefill)
+        if remaining is not None:
+            prompt_left = np.zeros_like(remaining)
+            for req in self.scheduler.running:
+                prompt_left[batch.slot_of(req.req_id)] = req.num_prompt - req.num_prefilled
         for chunk in plan.prefill:
             slot = batch.slot_of(chunk.req.req_id)
             self.runner.write_prefill(slot, chunk.req.prompt_token_ids, chunk.start, chunk.length,
-                                      remaining=remaining)
+                                      remaining=remaining, prompt_left=prompt_left)
         for req in plan.paused:
             self.runner.pause(batch.slot_of(req.req_id))
 

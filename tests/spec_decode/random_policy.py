@@ -19,7 +19,8 @@ class RandomPolicy(SpeculationPolicy):
         self.history: list[np.ndarray] = []  # every choice (tests check the variety)
         self.num_draftless = 0  # requests admitted draft-less
 
-    def admit(self, slot: int, num_slots: int, remaining: np.ndarray | None = None) -> bool:
+    def admit(self, slot: int, num_slots: int, remaining: np.ndarray | None = None,
+              prompt_left: np.ndarray | None = None) -> bool:
         if self.cap[slot] > 0 and self.rng.random() < self.draftless_rate:
             self.cap[slot] = 0
             self.num_draftless += 1

@@ -11,7 +11,7 @@ import pytest
 from specworker.config import SpeculativeConfig
 from specworker.slot_request import SlotRequest
 from specworker.spec_decode.cost_profile import (CostProfile, ProfilePolicy, ProfiledCosts, ProfileRow, build_profile,
-                                                 profile_batch_sizes)
+                                                 prefill_cost, profile_batch_sizes)
 from specworker.spec_decode.policy import AdaptivePolicy, PolicyStep, build_policy
 from specworker.spec_decode.step_cost_model import StepCost
 
@@ -51,7 +51,22 @@ def test_build_profile_reads_ratios_within_rounds_so_load_between_rounds_cancels
     assert (profile.error == 0).all()  # every round read the same ratio
     assert profile.steps.tolist() == [[12] * 4] * 3
     assert profile.k_max == 3
-    assert set(profile.to_dict()) == {"batch_sizes", "seconds", "verify", "error", "steps"}
+    assert set(profile.to_dict()) == {"batch_sizes", "seconds", "verify", "error", "steps", "prefill_per_token"}
+    assert profile.prefill_per_token == 0.0  # no prefill step given
+
+
+def test_prefill_cost_is_the_slope_of_proposer_seconds_on_prompt_tokens():
+    """0.5 ms a step plus 20 us a prompt token, +-0.1 ms of noise: the slope; never below 0; 0 without two different
+    token counts. build_profile and ProfiledCosts carry it."""
+    rng = np.random.default_rng(0)
+    samples = [(t, 5e-4 + 2e-5 * t + 1e-4 * rng.standard_normal()) for t in (8, 16, 32, 64, 128, 256, 512) * 3]
+    assert prefill_cost(samples) == pytest.approx(2e-5, rel=0.05)
+    assert prefill_cost([(8, 2e-3), (512, 1e-3)]) == 0.0
+    assert prefill_cost([(8, 1e-3), (8, 2e-3)]) == 0.0 and prefill_cost([]) == 0.0
+    profile = build_profile(_rows([1, 2], 1, 2), 1, samples)
+    assert profile.prefill_per_token == prefill_cost(samples)
+    assert ProfiledCosts(profile).prefill_per_token == profile.prefill_per_token
+    assert profile.to_dict()["prefill_per_token"] == profile.prefill_per_token
 
 
 def test_build_profile_median_outvotes_a_load_spike():

@@ -229,8 +229,8 @@ def _record_admissions(worker):
     admitted, policy = {}, worker.runner.policy
     admit = policy.admit
 
-    def recorded(slot, num_slots, remaining=None):
-        admitted[worker.input_batch.req_ids[slot]] = may = admit(slot, num_slots, remaining)
+    def recorded(slot, num_slots, remaining=None, prompt_left=None):
+        admitted[worker.input_batch.req_ids[slot]] = may = admit(slot, num_slots, remaining, prompt_left)
         return may
 
     policy.admit = recorded
@@ -342,10 +342,11 @@ def test_policy_is_told_the_remaining_tokens_only_while_nothing_waits(monkeypatc
 
 
 def test_admission_is_told_the_remaining_tokens_only_when_nothing_waits(monkeypatch):
-    """SpeculationPolicy.admit(remaining=): None while a request still waits after the step's admissions (2 slots, 3
-    requests: the first two); for the third, admitted when nothing else waits, per slot max_tokens less the tokens
-    its request had returned before that step (the new one's max_tokens), 0 at a free slot. Checked against the
-    outputs the worker returns."""
+    """SpeculationPolicy.admit(remaining=, prompt_left=): None while a request still waits after the step's admissions
+    (2 slots, 3 requests: the first two); for the third, admitted when nothing else waits, per slot max_tokens less
+    the tokens its request had returned before that step (the new one's max_tokens), 0 at a free slot, and the prompt
+    tokens each slot has still to prefill (the new one's whole prompt). Checked against the outputs the worker
+    returns."""
     worker = Worker(make_config(method="mtp", k=2, steps=2, policy="adaptive", max_num_seqs=2))
     batch = worker.runner.input_batch
     reqs = random_requests(3, seed=5, max_prompt=12, max_tokens=(6, 14))
@@ -353,9 +354,10 @@ def test_admission_is_told_the_remaining_tokens_only_when_nothing_waits(monkeypa
     seen = {}  # req_id -> (remaining, the slots' requests, the tokens returned so far) at its admission
     admit = worker.runner.policy.admit
 
-    def spy(slot, num_slots, remaining=None):
-        seen[batch.req_ids[slot]] = (None if remaining is None else remaining.copy(), list(batch.req_ids), dict(made))
-        return admit(slot, num_slots, remaining)
+    def spy(slot, num_slots, remaining=None, prompt_left=None):
+        seen[batch.req_ids[slot]] = (None if remaining is None else remaining.copy(), list(batch.req_ids), dict(made),
+                                     None if prompt_left is None else prompt_left.copy())
+        return admit(slot, num_slots, remaining, prompt_left)
 
     monkeypatch.setattr(worker.runner.policy, "admit", spy)
     for r in reqs:
@@ -364,7 +366,11 @@ def test_admission_is_told_the_remaining_tokens_only_when_nothing_waits(monkeypa
         for out in worker.step():
             made[out.request_id] += len(out.new_token_ids)
     assert seen[reqs[0].req_id][0] is None and seen[reqs[1].req_id][0] is None
-    remaining, slots, returned = seen[reqs[2].req_id]
+    assert seen[reqs[0].req_id][3] is None and seen[reqs[1].req_id][3] is None
+    remaining, slots, returned, prompt_left = seen[reqs[2].req_id]
+    prompts = {r.req_id: len(r.prompt) for r in reqs}
+    # the other slot's prompt was prefilled steps ago; the new request's is all to come
+    assert prompt_left.tolist() == [prompts[req_id] if req_id == reqs[2].req_id else 0 for req_id in slots]
     budget = {r.req_id: r.params.max_tokens for r in reqs}
     expected = [0 if req_id is None else budget[req_id] - returned[req_id] for req_id in slots]
     assert remaining is not None and remaining.tolist() == expected
@@ -382,9 +388,10 @@ def test_admission_of_a_paused_prefill_is_told_the_remaining_tokens():
     seen, admitted_at = [], {}
     admit = worker.runner.policy.admit
 
-    def spy(slot, num_slots, remaining=None):
+    def spy(slot, num_slots, remaining=None, prompt_left=None):
         seen.append((batch.req_ids[slot], worker.num_steps, bool(worker.scheduler.waiting), remaining is not None))
-        return admit(slot, num_slots, remaining)
+        assert (prompt_left is None) == (remaining is None)
+        return admit(slot, num_slots, remaining, prompt_left)
 
     worker.runner.policy.admit = spy
     reqs = random_requests(3, seed=11, max_prompt=20, max_tokens=(6, 10))

@@ -579,6 +579,29 @@ def test_adaptive_admits_draftless_on_the_drain_objective_when_the_batch_drains(
         assert near.admit(0, 16, remaining) != draftless and near.draftless[0] == draftless
 
 
+def test_adaptive_admission_prices_the_draft_prefill_of_the_prompts_to_come():
+    """A draining batch of 16 where K = 1 drains 3% sooner than K = 0 (0.96 s) keeps its drafts; priced at 3e-5 s a
+    prompt token (costs.prefill_per_token), 100-token prompts still to prefill add 0.048 s to every K >= 1, and the
+    request is admitted draft-less. Prompts already prefilled (prompt_left 0) and those of slots admitted in an earlier
+    step (their drafts were decided then) cost this decision nothing."""
+    remaining, prompts = np.full(16, 96), np.full(16, 100)
+
+    def policy(prefill_per_token):
+        near = _tied_at(16, 0.0137)
+        near.costs.prefill_per_token = prefill_per_token
+        for slot in range(16):
+            near.on_insert(slot, _request())
+        return near
+
+    assert policy(0.0).admit(0, 16, remaining, prompts)
+    assert not policy(3e-5).admit(0, 16, remaining, prompts)
+    assert policy(3e-5).admit(0, 16, remaining, np.zeros(16, dtype=np.int64))
+    earlier = policy(3e-5)
+    earlier.admitted[1:] = True  # admitted with drafts in earlier steps: one prompt's prefill is left to decide
+    assert earlier._draft_prefill_seconds(prompts) == pytest.approx(3e-3)
+    assert earlier.admit(0, 16, remaining, prompts) and earlier.admitted[0]
+
+
 def test_adaptive_admissions_of_one_step_share_one_decision(monkeypatch):
     """A step admitting 16 requests into a draining batch predicts the drain once (~0.2 ms at 64 slots; per admission
     it was 12 ms a batch of 64), and decides afresh after the next choose or on new evidence."""

@@ -10,21 +10,23 @@ import pytest
 import specworker.worker.cost_profiling as cost_profiling
 from specworker.config_checks import ConfigError
 from specworker.sampling_params import SamplingParams
-from specworker.spec_decode.cost_profile import ProfiledCosts
+from specworker.spec_decode.cost_profile import ProfiledCosts, prefill_cost
 from specworker.spec_decode.policy import AdaptivePolicy
 from specworker.spec_decode.step_cost_model import StepCostModel
 from specworker.worker.worker import Worker
 from tests.worker.worker_harness import drive, make_config, random_requests
 
 
-def _capture_rows(monkeypatch):
-    """The steady rows profile_step_costs builds its profile from."""
+def _capture_rows(monkeypatch, prefills=None):
+    """The steady rows profile_step_costs builds its profile from (and its prefill samples into `prefills`)."""
     seen = []
     build = cost_profiling.build_profile
 
-    def spy(rows, k_max):
+    def spy(rows, k_max, samples=()):
         seen.extend(rows)
-        return build(rows, k_max)
+        if prefills is not None:
+            prefills.extend(samples)
+        return build(rows, k_max, samples)
 
     monkeypatch.setattr(cost_profiling, "build_profile", spy)
     return seen
@@ -32,7 +34,8 @@ def _capture_rows(monkeypatch):
 
 @pytest.mark.parametrize("method, kw", [("mtp", dict(k=2, steps=2)), ("ngram", dict(k=2))])
 def test_profile_measures_every_k_at_every_batch_size(monkeypatch, method, kw):
-    rows = _capture_rows(monkeypatch)
+    prefills = []
+    rows = _capture_rows(monkeypatch, prefills)
     worker = Worker(make_config(method=method, policy="adaptive", **kw))
     profile = worker.cost_profile
     assert profile is not None and profile.batch_sizes.tolist() == [1, 2, 4]  # max_num_seqs 4
@@ -45,6 +48,10 @@ def test_profile_measures_every_k_at_every_batch_size(monkeypatch, method, kw):
     # a step held at K fed K drafts a slot, the lookup's own finds or not (the synthetic prompt repeats nothing)
     assert rows and all(row.cost.num_drafts == row.k * row.cost.num_slots for row in rows)
     assert all(row.cost.num_substeps == (row.k if method == "mtp" else 0) for row in rows)
+    # every batch's prefill step gave (its prompt tokens, the proposer's seconds): 8-token prompts, 1 + 2 + 4 requests
+    # at least once each; the slope of one on the other is the draft prefill's cost a token
+    assert sum(tokens for tokens, _ in prefills) >= 8 * (1 + 2 + 4) and all(t > 0 and s >= 0 for t, s in prefills)
+    assert profile.prefill_per_token == prefill_cost(prefills) >= 0.0
 
 
 def test_profile_leaves_the_worker_as_it_was():
