@@ -150,14 +150,17 @@ def _admit(worker, probe: ProfilePolicy, size: int, batch: int, prompt: list[int
     except ValueError:  # a request larger than the whole KV cache: nothing to measure at this size
         _abort(worker, ids)
         return None
-    prefilled = lambda: sum(worker.requests[r].num_prefilled for r in ids if r in worker.requests)  # noqa: E731
+    def prefilled() -> int:
+        return sum(worker.requests[r].num_prefilled for r in ids if r in worker.requests)
+
     for _ in range(4 * size + 8):  # admission and prefill (chunks share the token budget)
         if len(worker.scheduler.running) == size and not worker.scheduler.waiting and all(
                 worker.requests[r].num_prefilled >= len(prompt) for r in ids):
             return ids
-        tokens, seconds = prefilled(), worker.phase_seconds["proposer"]
+        before, seconds = prefilled(), worker.phase_seconds["proposer"]
         worker.step()
-        if prefilled() > tokens:  # the proposer's share of a step that wrote prompt tokens (the MTP draft prefill)
-            probe.prefills.append((prefilled() - tokens, worker.phase_seconds["proposer"] - seconds))
+        written = prefilled() - before
+        if written > 0:  # the proposer's share of a step that wrote prompt tokens (the MTP draft prefill)
+            probe.prefills.append((written, worker.phase_seconds["proposer"] - seconds))
     _abort(worker, ids)
     return None

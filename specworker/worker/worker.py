@@ -218,11 +218,15 @@ class Worker:
         policy does not read it."""
         if self.scheduler.waiting or not self.runner.policy.reads_remaining:
             return None
+        return self._per_slot(lambda req: req.params.max_tokens - len(req.output_token_ids))
+
+    def _per_slot(self, value) -> np.ndarray:
+        """[N] int64: value(request) at each running request's slot, 0 at the others."""
         batch = self.runner.input_batch
-        remaining = np.zeros(batch.num_slots, dtype=np.int64)
+        out = np.zeros(batch.num_slots, dtype=np.int64)
         for req in self.scheduler.running:
-            remaining[batch.slot_of(req.req_id)] = req.params.max_tokens - len(req.output_token_ids)
-        return remaining
+            out[batch.slot_of(req.req_id)] = value(req)
+        return out
 
     def _apply_plan(self, plan: SchedulerOutput) -> None:
         batch = self.runner.input_batch
@@ -233,11 +237,8 @@ class Worker:
         # the batch the admissions join, and whether it drains (nothing waits): the policy's admission reads it at a
         # request's first chunk, which may come steps after its admission (a prefill paused for the token budget)
         remaining = self._remaining_tokens() if any(chunk.start == 0 for chunk in plan.prefill) else None
-        prompt_left = None  # with remaining: the prompt tokens each slot has still to prefill (its draft prefill)
-        if remaining is not None:
-            prompt_left = np.zeros_like(remaining)
-            for req in self.scheduler.running:
-                prompt_left[batch.slot_of(req.req_id)] = req.num_prompt - req.num_prefilled
+        # with remaining: the prompt tokens each slot has still to prefill (its draft prefill)
+        prompt_left = None if remaining is None else self._per_slot(lambda req: req.num_prompt - req.num_prefilled)
         for chunk in plan.prefill:
             slot = batch.slot_of(chunk.req.req_id)
             self.runner.write_prefill(slot, chunk.req.prompt_token_ids, chunk.start, chunk.length,
