@@ -15,7 +15,7 @@ from specworker.spec_decode.policy import PolicyStep, SpeculationPolicy
 from specworker.spec_decode.step_cost_model import StepCost, StepCostModel
 
 __all__ = ["CostProfile", "ProfilePolicy", "ProfiledCosts", "ProfileRow", "build_profile", "prefill_cost",
-           "profile_batch_sizes"]
+           "profile_batch_sizes", "ratio_errors"]
 
 # a K's relative error where fewer than two rounds measured it (the policy's lower bound clips at 0.5)
 _UNKNOWN_ERROR = 0.5
@@ -80,15 +80,8 @@ def build_profile(rows: list[ProfileRow], k_max: int, prefills: list[tuple[int, 
     sizes, seconds, verify, error, steps = [], [], [], [], []
     for b in sorted({row.cost.num_slots for row in rows}):
         at_b = [row for row in rows if row.cost.num_slots == b]
-        # per round and K: mean seconds and mean verify seconds of its steady steps
-        means: dict[tuple[int, int], tuple[float, float]] = {}
-        for key in {(row.round, row.k) for row in at_b}:
-            costs = [row.cost for row in at_b if (row.round, row.k) == key]
-            means[key] = (sum(c.seconds for c in costs) / len(costs), sum(c.verify_seconds for c in costs) / len(costs))
-        rounds = sorted({r for r, k in means if k == 0})
-        ratios = [[(means[r, k][0] / means[r, 0][0], means[r, k][1] / means[r, 0][1]) for r in rounds
-                   if (r, k) in means and means[r, 0][0] > 0 and means[r, 0][1] > 0] for k in range(k_max + 1)]
-        if any(not r for r in ratios):
+        ratios = _round_ratios(at_b, k_max)
+        if ratios is None:
             continue
         base = [row.cost for row in at_b if row.k == 0]
         t0 = float(np.median([c.seconds for c in base]))
@@ -96,13 +89,38 @@ def build_profile(rows: list[ProfileRow], k_max: int, prefills: list[tuple[int, 
         sizes.append(b)
         seconds.append([t0 * float(np.median([r[0] for r in ratios[k]])) for k in range(k_max + 1)])
         verify.append([v0 * float(np.median([r[1] for r in ratios[k]])) for k in range(k_max + 1)])
-        error.append([_ratio_error([r[0] for r in ratios[k]]) if k else 0.0 for k in range(k_max + 1)])
+        error.append(_errors_of(ratios))
         steps.append([sum(row.k == k for row in at_b) for k in range(k_max + 1)])
     if not sizes:
         return None
     return CostProfile(batch_sizes=np.array(sizes, dtype=np.int64), seconds=np.array(seconds),
                        verify=np.array(verify), error=np.array(error), steps=np.array(steps, dtype=np.int64),
                        prefill_per_token=prefill_cost(list(prefills)))
+
+
+def _round_ratios(at_b: list[ProfileRow], k_max: int) -> list[list[tuple[float, float]]] | None:
+    """Per K, per round that measured it and K = 0: (K's mean seconds / K = 0's, the same of verify seconds), from
+    the rows of one batch size; None while a K has no such round."""
+    means: dict[tuple[int, int], tuple[float, float]] = {}  # per round and K: mean seconds, mean verify seconds
+    for key in {(row.round, row.k) for row in at_b}:
+        costs = [row.cost for row in at_b if (row.round, row.k) == key]
+        means[key] = (sum(c.seconds for c in costs) / len(costs), sum(c.verify_seconds for c in costs) / len(costs))
+    rounds = sorted({r for r, k in means if k == 0})
+    ratios = [[(means[r, k][0] / means[r, 0][0], means[r, k][1] / means[r, 0][1]) for r in rounds
+               if (r, k) in means and means[r, 0][0] > 0 and means[r, 0][1] > 0] for k in range(k_max + 1)]
+    return None if any(not r for r in ratios) else ratios
+
+
+def ratio_errors(at_b: list[ProfileRow], k_max: int) -> np.ndarray:
+    """[K + 1] the relative standard error each K's T(B, K) / T(B, 0) would have in a profile of the rows of one
+    batch size (0 at K = 0; the unknown error, 0.5, for every K while one lacks a round)."""
+    ratios = _round_ratios(at_b, k_max)
+    return np.r_[0.0, np.full(k_max, _UNKNOWN_ERROR)] if ratios is None else np.array(_errors_of(ratios))
+
+
+def _errors_of(ratios: list[list[tuple[float, float]]]) -> list[float]:
+    """[K + 1] _ratio_error of each K's seconds ratios (0 at K = 0)."""
+    return [_ratio_error([r[0] for r in ratios[k]]) if k else 0.0 for k in range(len(ratios))]
 
 
 def _ratio_error(ratios: list[float]) -> float:

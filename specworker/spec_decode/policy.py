@@ -260,6 +260,7 @@ class AdaptivePolicy(SpeculationPolicy):
         self._one_hot = np.eye(k_max + 1)[1:]  # [K, K + 1]: column k_b selects row k_b - 1 (k_b = 0: none)
         self._below_k = (np.arange(k_max)[None, :] < np.arange(k_max + 1)[:, None]).astype(np.float64)  # [K + 1, K]
         self.costs = StepCostModel()  # or ProfiledCosts (use_profile)
+        self._counted = False  # _costs_counted, once true
         self.profiled = False  # costs from a profile measured at worker start: no probes, no cost exploration
         # profiled: verifications each K >= 1 must anchor before the first exploitation choice (_acceptance_warm)
         self.warm_reaches, self._warm = warm_reaches, False
@@ -287,6 +288,7 @@ class AdaptivePolicy(SpeculationPolicy):
         from specworker.spec_decode.cost_profile import ProfiledCosts
 
         self.costs = ProfiledCosts(profile)
+        self._counted = False
         self.profiled = True
         self.decision = None
 
@@ -448,7 +450,7 @@ class AdaptivePolicy(SpeculationPolicy):
         (`remaining` given, more than one slot left), the drain time (drain_seconds), the slots as they are (the new
         ones at the prior). (A settled choice, not the current one: a draft-less request cannot draft later, so
         neither an exploration nor an extrapolation may make it so.)"""
-        if num_slots < 1 or any(self.costs.count.get(k, 0) < self.need for k in range(self.k_max + 1)):
+        if num_slots < 1 or not self._costs_counted():
             return False, 1
         # The acceptance must rest on evidence too: after one request's exploration the Laplace-smoothed totals hold a
         # handful of verifications (SmolLM2's MTP head, held-out P1 = 0.52, read 0.27 from its first ones), and an
@@ -521,15 +523,15 @@ class AdaptivePolicy(SpeculationPolicy):
         allowed = np.maximum(self.allowed, step.drafted)  # [N]
         emitted = step.emitted.copy()  # [N]; 0: the slot emitted nothing (not decoding, paused); queued, so a copy
         # Counted lazily (_flush, when an estimate is read or a slot moves): a step only queues its rows, which keeps
-        # it to a few numpy calls (counting each step cost ~0.07 ms inside a running worker, 1% of a 6.5 ms step).
-        # The factor is the decay this step's counting applies to the counts before it.
-        verified = (allowed > 0) & (emitted > 0)
-        first = verified & self.fresh  # counted apart (_flush)
-        self.fresh &= ~verified
-        self._queued.append((allowed, emitted, self.prev_allowed, self.pending_decay * self.decay, first,
+        # it to a few numpy calls (counting each step cost ~0.07 ms inside a running worker, 1% of a 6.5 ms step;
+        # inside a worker each numpy call here costs ~5 us, against ~0.5 us in a loop of its own, so the calls are
+        # counted). The factor is the decay this step's counting applies to the counts before it.
+        prev, self.prev_allowed = self.prev_allowed, allowed * (emitted > 0)  # k_b of the slots verified, else 0
+        first = self.fresh & (self.prev_allowed > 0)  # a fresh slot's first verification: counted apart (_flush)
+        self.fresh ^= first
+        self._queued.append((allowed, emitted, prev, self.pending_decay * self.decay, first,
                              step.drafted.copy() if self.profiled else None))  # drafted: for the fill only
         self.pending_decay = 1.0
-        self.prev_allowed = np.where(emitted > 0, allowed, 0)
         self._observe_cost(step)
 
     def _count_fill(self, allowed: np.ndarray, emitted: np.ndarray, drafted: np.ndarray) -> None:
@@ -673,7 +675,7 @@ class AdaptivePolicy(SpeculationPolicy):
         if (kept is None or decision is None or kept[0] != signature or kept[1] is not decision[3]
                 or self.held is not None or decision[1] >= self.keep_period
                 or self.num_choices + 1 - self.last_explored >= self.explore_interval
-                or any(self.costs.count.get(k, 0) < self.need for k in range(self.k_max + 1))):
+                or not self._costs_counted()):
             return None
         self.num_choices += 1
         self._keep_decision()
@@ -697,7 +699,7 @@ class AdaptivePolicy(SpeculationPolicy):
             self.last_k = 0
             return 0
         self.num_choices += 1
-        ready = all(self.costs.count.get(k, 0) >= self.need for k in range(self.k_max + 1)) and self._acceptance_warm()
+        ready = self._costs_counted() and self._acceptance_warm()
         if self.held is None and self.probe_k is not None and not self.draftless[live].any():
             # a probe's measurement (_probed), once no live slot is draft-less: the live slots or the draft-less flags
             # change on the way there, and so the signature a kept decision needs (_kept_choice)
@@ -777,6 +779,12 @@ class AdaptivePolicy(SpeculationPolicy):
                 k = self.unsettled[1][0]  # the other neighbour is ruled out: exploring it would only cost
             return int(np.clip(k, 0, self.k_max)), self.hold
         return None
+
+    def _costs_counted(self) -> bool:
+        """Whether every K has `need` steady cost observations (counts only grow: once true, kept)."""
+        if not self._counted:
+            self._counted = all(self.costs.count.get(k, 0) >= self.need for k in range(self.k_max + 1))
+        return self._counted
 
     def _acceptance_warm(self) -> bool:
         """Whether each K >= 1 has anchored `warm_reaches` verifications of position min(K, 2) (_warm_counts;

@@ -1,8 +1,8 @@
 """profile_step_costs: the adaptive policy's step costs, measured on the worker itself before it serves
 (docs/adaptive.md, "Profiled step costs"). At each batch size of profile_batch_sizes, B greedy requests of a fixed
 synthetic prompt run through the real engine step while a ProfilePolicy holds K = 0..k_max in turns (`rounds`
-rounds, each holding every K `hold` steps, the order reversed every other round); the steady steps give the
-CostProfile. Afterwards the requests are aborted and the worker is as it was: no request, no statistics, the
+rounds, each holding every K `hold` steps, the order reversed every other round, and more while a K's ratio to K = 0
+is known only to more than TARGET_ERROR); the steady steps give the CostProfile. Afterwards the requests are aborted and the worker is as it was: no request, no statistics, the
 runner's own policy back.
 """
 
@@ -16,15 +16,16 @@ import numpy as np
 from specworker.sampling_params import SamplingParams
 from specworker.spec_decode.base import Proposer
 from specworker.spec_decode.cost_profile import (CostProfile, ProfilePolicy, ProfileRow, build_profile,
-                                                 profile_batch_sizes)
+                                                 profile_batch_sizes, ratio_errors)
 from specworker.spec_decode.host_drafts import write_host_drafts
 from specworker.spec_decode.metadata import ProposerInputs, ProposerOutput
 
-__all__ = ["PROFILE_PROMPT_LEN", "profile_step_costs"]
+__all__ = ["PROFILE_PROMPT_LEN", "TARGET_ERROR", "profile_step_costs"]
 
 logger = logging.getLogger(__name__)
 
 PROFILE_PROMPT_LEN = 8  # tokens of each synthetic prompt
+TARGET_ERROR = 0.05  # past profile_rounds, rounds go on (up to twice as many) while a K's ratio error exceeds it
 _PREFIX = "__specworker_profile"  # request ids of the profile's requests
 
 
@@ -59,10 +60,12 @@ class _FullDrafts(Proposer):
         self.inner.write_prefill(slot, prompt_token_ids, start, length, draft_less=draft_less)
 
 
-def profile_step_costs(worker, *, rounds: int, hold: int = 3) -> CostProfile | None:
+def profile_step_costs(worker, *, rounds: int, hold: int = 3, max_rounds: int | None = None,
+                       target_error: float = TARGET_ERROR) -> CostProfile | None:
     """The worker's CostProfile (None when no batch size could be measured: too few KV blocks or tokens of
-    max_model_len for the steps), measured with `rounds` rounds of `hold` steps per K. The worker must hold no
-    request."""
+    max_model_len for the steps), measured with `rounds` rounds of `hold` steps per K at each batch size, and more
+    (up to max_rounds, default 2 x rounds) while a K's ratio to K = 0 is known only to more than target_error
+    (relative standard error, cost_profile.ratio_errors). The worker must hold no request."""
     if worker.has_unfinished():
         raise RuntimeError("profile_step_costs: the worker holds requests; allowed: an idle worker (profile at start)")
     runner = worker.runner
@@ -75,10 +78,11 @@ def profile_step_costs(worker, *, rounds: int, hold: int = 3) -> CostProfile | N
         runner.proposer = _FullDrafts(own_proposer, probe,
                                       lambda: np.array([r is not None for r in batch.req_ids], dtype=bool))
     sizes = profile_batch_sizes(batch.num_slots)
+    max_rounds = 2 * rounds if max_rounds is None else max(max_rounds, rounds)
     start = time.perf_counter()
     try:
         for size in sizes:
-            _measure(worker, probe, size, rounds, hold)
+            _measure(worker, probe, size, (rounds, max_rounds, target_error), hold)
     finally:
         # (aborting the last requests emptied the batch: ModelRunner.clear_slot drops the last step's cost, so the
         # first served step's does not span the profile)
@@ -91,12 +95,14 @@ def profile_step_costs(worker, *, rounds: int, hold: int = 3) -> CostProfile | N
     return profile
 
 
-def _measure(worker, probe: ProfilePolicy, size: int, rounds: int, hold: int) -> None:
-    """`size` requests, prefilled at K = 0, then `rounds` rounds holding each K `hold` steps. A request that reaches
-    its max_tokens (max_model_len) is replaced with the others by a fresh batch and the hold starts over; stops
-    early when a batch cannot be admitted (KV blocks) or cannot finish one hold."""
+def _measure(worker, probe: ProfilePolicy, size: int, rounds: tuple[int, int, float], hold: int) -> None:
+    """`size` requests, prefilled at K = 0, then rounds holding each K `hold` steps: rounds = (at least, at most,
+    target error): past the least, another round while a K's ratio error at `size` exceeds the target (_unsettled).
+    A request that reaches its max_tokens (max_model_len) is replaced with the others by a fresh batch and the hold
+    starts over; stops early when a batch cannot be admitted (KV blocks) or cannot finish one hold."""
     k_max = probe.k_max
-    steps = rounds * (k_max + 1) * hold + 2
+    least, most, target = rounds
+    steps = most * (k_max + 1) * hold + 2
     max_tokens = min(steps * (k_max + 1), worker.config.scheduler.max_model_len - PROFILE_PROMPT_LEN)
     if max_tokens < hold:
         return
@@ -106,7 +112,8 @@ def _measure(worker, probe: ProfilePolicy, size: int, rounds: int, hold: int) ->
     batches = 0
     ids = _admit(worker, probe, size, batches, prompt, params)
     try:
-        for r in range(rounds):
+        r = 0
+        while r < least or (r < most and _unsettled(probe, size, target)):
             for k in (range(k_max + 1) if r % 2 == 0 else range(k_max, -1, -1)):
                 done = 0
                 while ids is not None and done < hold:
@@ -121,12 +128,21 @@ def _measure(worker, probe: ProfilePolicy, size: int, rounds: int, hold: int) ->
                     done += 1
                 if ids is None:
                     return
+            r += 1
         probe.k, probe.round = 0, -1
         if len(worker.scheduler.running) == size:
             worker.step()  # files the last hold's last steady step
     finally:
         if ids is not None:
             _abort(worker, ids)
+
+
+def _unsettled(probe: ProfilePolicy, size: int, target: float) -> bool:
+    """Whether a K's T(size, K) / T(size, 0) is known only to more than `target` relative error from the rows so far
+    (the last round's last steady step is filed by the next step: the error lags a round by one step). A load swing
+    during a few of 6 rounds read K = 1 at 32 slots on the tiny pair 1.66x K = 0 (+-13%; 1.85-1.94x in quiet
+    profiles), and the admission's regret rule then kept drafts where they cost 10%."""
+    return bool(ratio_errors([row for row in probe.rows if row.cost.num_slots == size], probe.k_max).max() > target)
 
 
 def _abort(worker, ids: list[str]) -> None:

@@ -11,7 +11,7 @@ import pytest
 from specworker.config import SpeculativeConfig
 from specworker.slot_request import SlotRequest
 from specworker.spec_decode.cost_profile import (CostProfile, ProfilePolicy, ProfiledCosts, ProfileRow, build_profile,
-                                                 prefill_cost, profile_batch_sizes)
+                                                 prefill_cost, profile_batch_sizes, ratio_errors)
 from specworker.spec_decode.policy import AdaptivePolicy, PolicyStep, build_policy
 from specworker.spec_decode.step_cost_model import StepCost
 
@@ -98,6 +98,19 @@ def test_build_profile_drops_a_batch_size_a_k_is_missing_at():
 def test_build_profile_error_of_a_single_round_is_unknown():
     profile = build_profile(_rows([1], 1, 1), 1)
     assert profile.error[0].tolist() == [0.0, 0.5]
+
+
+def test_ratio_errors_are_the_errors_a_profile_of_the_rows_would_have():
+    """ratio_errors (what the profile run reads to decide on another round) equals build_profile's error on the
+    same rows of one batch size; 0.5 (unknown) for every K >= 1 while a K has no round."""
+    rows = [ProfileRow(round=r.round, k=r.k, cost=StepCost(
+        num_slots=4, num_drafts=0, num_substeps=0, verify_seconds=r.cost.verify_seconds,
+        seconds=r.cost.seconds * (1 + 0.1 * r.round * r.k))) for r in _rows([4], 2, 5)]
+    errors = ratio_errors(rows, 2)
+    assert errors[0] == 0.0 and (errors[1:] > 0).all() and errors[2] > errors[1]
+    np.testing.assert_array_equal(errors, build_profile(rows, 2).error[0])
+    assert ratio_errors([r for r in rows if r.k != 2], 2).tolist() == [0.0, 0.5, 0.5]
+    assert ratio_errors([], 1).tolist() == [0.0, 0.5]
 
 
 def _profile(sizes, table):

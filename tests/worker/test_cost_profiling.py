@@ -41,8 +41,10 @@ def test_profile_measures_every_k_at_every_batch_size(monkeypatch, method, kw):
     assert profile is not None and profile.batch_sizes.tolist() == [1, 2, 4]  # max_num_seqs 4
     assert (profile.steps >= 6).all()  # 6 rounds, 2 steady steps of each K a round (less a hold cut by a fresh batch)
     for b in (1, 2, 4):
+        rounds = sorted({r.round for r in rows if r.cost.num_slots == b})  # 6, and up to 12 while a ratio is unsettled
+        assert rounds == list(range(len(rounds))) and 6 <= len(rounds) <= 12
         for k in range(3):
-            assert sorted({r.round for r in rows if r.cost.num_slots == b and r.k == k}) == list(range(6))
+            assert sorted({r.round for r in rows if r.cost.num_slots == b and r.k == k}) == rounds
     assert (profile.seconds > 0).all() and (profile.verify > 0).all()
     assert isinstance(worker.runner.policy.costs, ProfiledCosts) and worker.runner.policy.profiled
     # a step held at K fed K drafts a slot, the lookup's own finds or not (the synthetic prompt repeats nothing)
@@ -52,6 +54,41 @@ def test_profile_measures_every_k_at_every_batch_size(monkeypatch, method, kw):
     # at least once each; the slope of one on the other is the draft prefill's cost a token
     assert sum(tokens for tokens, _ in prefills) >= 8 * (1 + 2 + 4) and all(t > 0 and s >= 0 for t, s in prefills)
     assert profile.prefill_per_token == prefill_cost(prefills) >= 0.0
+
+
+def test_profile_measures_more_rounds_while_a_ratio_is_unsettled(monkeypatch):
+    """Past `rounds`, another round at a batch size while a K's ratio error there exceeds target_error (read from the
+    rows so far by cost_profile.ratio_errors), up to max_rounds (twice `rounds` by default)."""
+    config = make_config(method="mtp", k=2, steps=2, policy="adaptive")
+    worker = Worker(dataclasses.replace(config, speculative_config=dataclasses.replace(
+        config.speculative_config, profile_rounds=0)))  # no profile at start: measured below
+    assert worker.cost_profile is None
+
+    def rounds_at(size):
+        return sorted({r.round for r in rows if r.cost.num_slots == size})
+
+    rows = _capture_rows(monkeypatch)
+    cost_profiling.profile_step_costs(worker, rounds=2, target_error=float("inf"))
+    assert all(rounds_at(b) == [0, 1] for b in (1, 2, 4))
+    rows.clear()
+    cost_profiling.profile_step_costs(worker, rounds=2, target_error=0.0)  # never settled: the cap
+    assert all(rounds_at(b) == [0, 1, 2, 3] for b in (1, 2, 4))
+    rows.clear()
+    cost_profiling.profile_step_costs(worker, rounds=2, max_rounds=5, target_error=0.0)
+    assert all(rounds_at(b) == list(range(5)) for b in (1, 2, 4))
+    # unsettled until the rows at the size hold three rounds: a third round, no fourth
+    seen = []
+
+    def errors(at_b, k_max):
+        seen.append({r.round for r in at_b})
+        return np.array([0.0] + [0.0 if len({r.round for r in at_b}) >= 3 else 0.2] * k_max)
+
+    monkeypatch.setattr(cost_profiling, "ratio_errors", errors)
+    rows.clear()
+    profile = cost_profiling.profile_step_costs(worker, rounds=2, target_error=0.05)
+    assert all(rounds_at(b) == [0, 1, 2] for b in (1, 2, 4)) and profile.steps.min() >= 6
+    assert len(seen) == 2 * 3  # after rounds 2 and 3, at each of the three sizes
+    assert not worker.has_unfinished() and worker.num_steps == 0
 
 
 def test_profile_leaves_the_worker_as_it_was():
