@@ -179,6 +179,40 @@ def test_adaptive_first_choice_has_no_incumbent():
     assert policy.best_k(live, np.array([1.0, 1.0, 2.35 / 1.918]))[0] == 1  # within the 2% margin of the choice
 
 
+def _thin_k3(k3_reaches, k3_accept, k2_reaches=500, k2_accept=(0.9, 0.8)):
+    """One slot, k_max 3: worker prior 0.9 / 0.8 / 0.6 per position (1000 / 900 / 100 verifications); the steps after
+    a K = 2 step and after a K = 3 step anchored k2_reaches / k3_reaches verifications at the acceptance given (every
+    position reached as often)."""
+    policy = AdaptivePolicy(1, 3)
+    policy.totals[:] = [[1000, 900, 100], [900, 720, 60]]
+    policy.k_totals[0, 1, :2], policy.k_totals[1, 1, :2] = k2_reaches, k2_reaches * np.array(k2_accept)
+    policy.k_totals[0, 2], policy.k_totals[1, 2] = k3_reaches, k3_reaches * np.array(k3_accept)
+    return policy
+
+
+def test_adaptive_doubts_a_switch_up_to_a_k_its_explorations_barely_measured():
+    """K = 3, above the current K = 2, wins at its point estimate by 5% (E(3) 3.33 at 1.45 s against E(2) 2.62 at
+    1.2 s), but on 4 verifications anchored by it, shrunk towards the worker prior: at its pessimistic acceptance
+    (one standard error down) its rate is 8% below K = 2's, and K = 2 stays (_doubtful_switch). On 4000 anchored
+    verifications of about the same acceptance the pessimistic rate is within 1% of the point: it switches. A switch
+    down is not doubted: K = 2 on 4 anchored verifications, 6% above the current K = 3 at the point (2% below it at the
+    pessimistic bound), is taken."""
+    live, seconds = np.array([True]), np.array([1.0, 1.1, 1.2, 1.45])
+    thin = _thin_k3(4, (1.0, 1.0, 1.0))
+    gain, _ = thin.expected_by_k(thin.acceptance())
+    rates = gain[0] / seconds
+    assert rates[3] > 1.05 * rates[2] and rates[2] == rates.max(initial=0, where=np.arange(4) < 3)
+    thin.kept_k = 2
+    assert thin.best_k(live, seconds)[0] == 2
+    ample = _thin_k3(4000, (0.9328, 0.8662, 0.7320))
+    assert ample.expected_by_k(ample.acceptance())[0][0, 3] == pytest.approx(gain[0, 3], rel=2e-3)
+    ample.kept_k = 2
+    assert ample.best_k(live, seconds)[0] == 3
+    down = _thin_k3(4, (1.0, 1.0, 1.0), k2_reaches=4, k2_accept=(1.0, 1.0))
+    down.kept_k = 3
+    assert down.best_k(live, np.array([1.0, 1.1, 1.2, 1.55]))[0] == 2
+
+
 def test_adaptive_counts_a_requests_first_verification_apart():
     """A request's first verification of drafts after admission goes to first_totals alone (`fresh`, docs/adaptive.md
     "First verifications"); its later ones to the slot and worker counts. The flag follows slot moves; a slot never

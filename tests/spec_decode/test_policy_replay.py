@@ -154,19 +154,19 @@ def lookup_bound(batch: int, k: int, drafts: int) -> float:  # SmolLM2 on this C
 @pytest.mark.parametrize("cost", [dispatch_bound, lookup_bound])
 def test_adaptive_reaches_the_best_fixed_k_in_a_draining_batch(batch, cost):
     """Told the remaining tokens, the policy minimises the time to drain the batch (docs/adaptive.md, "Draining
-    batches"): >= 0.965x of the best fixed K (no speculation, here) on these noisy costs (0.970-0.993 measured; the
+    batches"): >= 0.97x of the best fixed K (no speculation, here) on these noisy costs (0.979-0.988 measured; the
     lookup replay of benchmarks/policy_replay.py, less noisy: 0.977-1.0 in every closed case). At 4 slots, where
     fixed K = 1 beats no speculation by 2-4%, the same measures 0.93-1.0 over three sets of seeds: a known gap."""
     ratio, best = adaptive_vs_best_fixed(batch, MIXED[:batch], cost, tokens_each=64, warmups=(100, 200))
-    assert ratio >= 0.965, f"adaptive = {ratio:.3f}x of fixed K = {best}"
+    assert ratio >= 0.97, f"adaptive = {ratio:.3f}x of fixed K = {best}"
 
 
 def test_the_open_objective_loses_in_a_draining_batch():
     """The check above fails for the policy that is not told the remaining tokens (tokens per second now): with 64
-    dispatch-bound slots the fast slots' drafts thin the batch instead of ending it sooner."""
+    dispatch-bound slots the fast slots' drafts thin the batch instead of ending it sooner (0.965; 0.985 told them)."""
     ratio, best = adaptive_vs_best_fixed(64, MIXED, dispatch_bound, tokens_each=64, warmups=(100, 200),
                                          tell_remaining=False)
-    assert ratio < 0.965, f"adaptive = {ratio:.3f}x of fixed K = {best}"
+    assert ratio < 0.97, f"adaptive = {ratio:.3f}x of fixed K = {best}"
 
 
 LOW = (0.5, 0.4, 0.3)
