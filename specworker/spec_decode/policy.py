@@ -927,7 +927,6 @@ class AdaptivePolicy(SpeculationPolicy):
         worth = (reach_by_k[best] >= rates[best] * draft_cost).astype(np.int64)  # [N, K], non-increasing along j
         return best, np.minimum(k_b, np.cumprod(worth, axis=1).sum(axis=1))
 
-
     def _doubtful_switch(self, best: int, rows: np.ndarray, k_b: np.ndarray, seconds: np.ndarray,
                          kept_rate: float) -> bool:
         """Whether the rate of `best`, a K above the current one, beats the current K's by the switch margin only on

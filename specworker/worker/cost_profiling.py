@@ -2,8 +2,8 @@
 (docs/adaptive.md, "Profiled step costs"). At each batch size of profile_batch_sizes, B greedy requests of a fixed
 synthetic prompt run through the real engine step while a ProfilePolicy holds K = 0..k_max in turns (`rounds`
 rounds, each holding every K `hold` steps, the order reversed every other round, and more while a K's ratio to K = 0
-is known only to more than TARGET_ERROR); the steady steps give the CostProfile. Afterwards the requests are aborted and the worker is as it was: no request, no statistics, the
-runner's own policy back.
+is known only to more than TARGET_ERROR); the steady steps give the CostProfile. Afterwards the requests are aborted
+and the worker is as it was: no request, no statistics, the runner's own policy back.
 """
 
 from __future__ import annotations
