@@ -623,10 +623,16 @@ class AdaptivePolicy(SpeculationPolicy):
         m, d = self.prior_weight, self.pending_decay
         return (d * self.slot_counts[1] + m * self.prior()) / (d * self.slot_counts[0] + m)
 
-    def optimistic_prior_by_k(self, sign: float = 1.0) -> np.ndarray:
+    def optimistic_prior_by_k(self) -> np.ndarray:
         """[K, K] prior_by_k raised by `confidence` standard errors (its k_totals reaches plus the k_prior_weight
-        pseudo-reaches), at most 1: the best a k's acceptance plausibly is on the evidence so far. sign -1: lowered
-        as much, at least 0 (the worst)."""
+        pseudo-reaches), at most 1: the best a k's acceptance plausibly is on the evidence so far."""
+        return self._prior_by_k_bound(1.0)
+
+    def pessimistic_prior_by_k(self) -> np.ndarray:
+        """[K, K] prior_by_k lowered as optimistic_prior_by_k raises it, at least 0: the worst plausible."""
+        return self._prior_by_k_bound(-1.0)
+
+    def _prior_by_k_bound(self, sign: float) -> np.ndarray:
         p = self.prior_by_k()
         bound = p + sign * self.confidence * np.sqrt(p * (1 - p) / (self.k_totals[0] + self.k_prior_weight))
         return np.clip(bound, 0.0, 1.0)
@@ -912,11 +918,12 @@ class AdaptivePolicy(SpeculationPolicy):
         k_b = np.minimum(np.arange(self.k_max + 1)[:, None], self.cap[rows][None, :])  # [K + 1, B]
         rates = np.take_along_axis(gain[rows].T, k_b, axis=0).sum(axis=1) / np.maximum(seconds, 1e-9)  # [K + 1]
         best = int(np.argmax(rates))  # ties go to the smaller K
-        if self.kept_k is not None and best != self.kept_k:
-            if rates[best] < (1 + self.switch_margin) * rates[self.kept_k]:
-                best = self.kept_k  # within the margin of the current K: stay (measurement noise, KV refill)
-            elif best > self.kept_k and self._doubtful_switch(best, rows, k_b, seconds, rates[self.kept_k]):
-                best = self.kept_k
+        # within the margin of the current K (measurement noise, KV refill), or a K above it that wins only on thin
+        # evidence: stay
+        if self.kept_k is not None and best != self.kept_k and (
+                rates[best] < (1 + self.switch_margin) * rates[self.kept_k]
+                or (best > self.kept_k and self._doubtful_switch(best, rows, k_b, seconds, rates[self.kept_k]))):
+            best = self.kept_k
         self._settle(best, live, None if self.optimism else gain, seconds)
         k_b = np.minimum(best, self.cap)
         drafts = int(k_b[rows].sum())
@@ -930,8 +937,8 @@ class AdaptivePolicy(SpeculationPolicy):
     def _doubtful_switch(self, best: int, rows: np.ndarray, k_b: np.ndarray, seconds: np.ndarray,
                          kept_rate: float) -> bool:
         """Whether the rate of `best`, a K above the current one, beats the current K's by the switch margin only on
-        acceptance its anchored evidence does not establish: at its pessimistic acceptance (optimistic_prior_by_k
-        lowered, `confidence` standard errors) it does not. The positions above the current K are reached only in
+        acceptance its anchored evidence does not establish: at its pessimistic acceptance (pessimistic_prior_by_k,
+        `confidence` standard errors down) it does not. The positions above the current K are reached only in
         explorations, which hold a K 2 steps, so a K above rests on few verifications anchored by it, shrunk towards
         the worker prior of the K that runs: at one slot on the tiny pair K = 3 read position 1 as 0.955 after
         explorations (0.80 in a run of K = 3), its rate 1.0-1.03x K = 2's (0.90x measured), and the policy ran
@@ -939,7 +946,7 @@ class AdaptivePolicy(SpeculationPolicy):
         drafts positions every step verifies: no such doubt (with it, a replay at 16 slots and low acceptance,
         costs learnt online, stayed above K = 0 and read 0.949 of it, against 0.974). The current K's rate is read
         at the point estimate: its own steps anchor most of the evidence."""
-        low, _ = self.expected_by_k(self.acceptance(), self.optimistic_prior_by_k(-1.0))
+        low, _ = self.expected_by_k(self.acceptance(), self.pessimistic_prior_by_k())
         rate = low[rows, k_b[best]].sum() / max(seconds[best], 1e-9)
         return bool(rate < (1 + self.switch_margin) * kept_rate)
 

@@ -82,7 +82,7 @@ def profile_step_costs(worker, *, rounds: int, hold: int = 3, max_rounds: int | 
     start = time.perf_counter()
     try:
         for size in sizes:
-            _measure(worker, probe, size, (rounds, max_rounds, target_error), hold)
+            _measure(worker, probe, size, hold, least=rounds, most=max_rounds, target=target_error)
     finally:
         # (aborting the last requests emptied the batch: ModelRunner.clear_slot drops the last step's cost, so the
         # first served step's does not span the profile)
@@ -95,13 +95,12 @@ def profile_step_costs(worker, *, rounds: int, hold: int = 3, max_rounds: int | 
     return profile
 
 
-def _measure(worker, probe: ProfilePolicy, size: int, rounds: tuple[int, int, float], hold: int) -> None:
-    """`size` requests, prefilled at K = 0, then rounds holding each K `hold` steps: rounds = (at least, at most,
-    target error): past the least, another round while a K's ratio error at `size` exceeds the target (_unsettled).
-    A request that reaches its max_tokens (max_model_len) is replaced with the others by a fresh batch and the hold
-    starts over; stops early when a batch cannot be admitted (KV blocks) or cannot finish one hold."""
+def _measure(worker, probe: ProfilePolicy, size: int, hold: int, *, least: int, most: int, target: float) -> None:
+    """`size` requests, prefilled at K = 0, then `least` rounds holding each K `hold` steps, and another (up to
+    `most`) while a K's ratio error at `size` exceeds `target` (_unsettled). A request that reaches its max_tokens
+    (max_model_len) is replaced with the others by a fresh batch and the hold starts over; stops early when a batch
+    cannot be admitted (KV blocks) or cannot finish one hold."""
     k_max = probe.k_max
-    least, most, target = rounds
     steps = most * (k_max + 1) * hold + 2
     max_tokens = min(steps * (k_max + 1), worker.config.scheduler.max_model_len - PROFILE_PROMPT_LEN)
     if max_tokens < hold:
@@ -166,6 +165,7 @@ def _admit(worker, probe: ProfilePolicy, size: int, batch: int, prompt: list[int
     except ValueError:  # a request larger than the whole KV cache: nothing to measure at this size
         _abort(worker, ids)
         return None
+
     def prefilled() -> int:
         return sum(worker.requests[r].num_prefilled for r in ids if r in worker.requests)
 
