@@ -14,8 +14,8 @@ import numpy as np
 from specworker.spec_decode.policy import PolicyStep, SpeculationPolicy
 from specworker.spec_decode.step_cost_model import StepCost, StepCostModel
 
-__all__ = ["CostProfile", "ProfilePolicy", "ProfiledCosts", "ProfileRow", "build_profile", "context_slopes",
-           "prefill_cost", "profile_batch_sizes", "ratio_errors"]
+__all__ = ["CostProfile", "ProfilePolicy", "ProfiledCosts", "ProfileRow", "build_profile", "prefill_cost",
+           "profile_batch_sizes", "ratio_errors"]
 
 # a K's relative error where fewer than two rounds measured it (the policy's lower bound clips at 0.5)
 _UNKNOWN_ERROR = 0.5
@@ -38,14 +38,10 @@ class ProfileRow:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CostProfile:
-    """T(B, K) and its verify part V(B, K) at the batch sizes measured, at no context, and what context adds. A step
-    whose slots feed L_b tokens each over a context of c_b tokens costs T(B, K) + context_seconds x sum_b L_b c_b
-    (StepCost.context_tokens; the attention reads each slot's cache once per query token), V likewise with
-    context_verify_seconds: on SmolLM2 at 4 slots, a profile whose contexts reach ~150 tokens put K = 3's step at
-    1.19x K = 2's where the served steps, over ~250-token chat contexts, cost 1.35x (docs/adaptive.md, "Context").
-    T(B, K) = (median of K = 0's steps at B) x (median over rounds of K's mean seconds / K = 0's mean seconds in the
-    same round), each step's seconds less its context's share: a round holds every K a few steps, one after the
-    other, so its ratios compare steps a second apart, and a load that moves between rounds cancels."""
+    """T(B, K) and its verify part V(B, K) at the batch sizes measured. T(B, K) = (median seconds of K = 0's steps
+    at B) x (median over rounds of K's mean seconds / K = 0's mean seconds in the same round): a round holds every
+    K a few steps, one after the other, so its ratios compare steps a second apart, and a load that moves between
+    rounds cancels."""
 
     batch_sizes: np.ndarray  # [G] int64 ascending
     seconds: np.ndarray  # [G, K + 1] T(B, K)
@@ -54,9 +50,6 @@ class CostProfile:
     steps: np.ndarray  # [G, K + 1] int64 steady steps measured
     # proposer seconds per prompt token a prefill step writes (the MTP draft prefill; ~0 for a lookup), prefill_cost
     prefill_per_token: float = 0.0
-    # seconds per query token per context token of T and of V (context_slopes)
-    context_seconds: float = 0.0
-    context_verify_seconds: float = 0.0
 
     @property
     def k_max(self) -> int:
@@ -66,8 +59,7 @@ class CostProfile:
         """Plain lists (bench.json)."""
         return {"batch_sizes": self.batch_sizes.tolist(), "seconds": self.seconds.tolist(),
                 "verify": self.verify.tolist(), "error": self.error.tolist(), "steps": self.steps.tolist(),
-                "prefill_per_token": self.prefill_per_token, "context_seconds": self.context_seconds,
-                "context_verify_seconds": self.context_verify_seconds}
+                "prefill_per_token": self.prefill_per_token}
 
 
 def prefill_cost(samples: list[tuple[int, float]]) -> float:
@@ -84,9 +76,7 @@ def prefill_cost(samples: list[tuple[int, float]]) -> float:
 def build_profile(rows: list[ProfileRow], k_max: int, prefills: list[tuple[int, float]] = ()) -> CostProfile | None:
     """The profile of `rows` (steady steps), at each batch size where every K 0..k_max has a round that measured
     both it and K = 0; None when no batch size has. prefills: the prefill steps' (prompt tokens, proposer seconds),
-    for prefill_cost. The context's share (context_slopes over all rows) is taken out of every step first."""
-    slope, verify_slope = context_slopes(rows)
-    rows = _without_context(rows, slope, verify_slope)
+    for prefill_cost."""
     sizes, seconds, verify, error, steps = [], [], [], [], []
     for b in sorted({row.cost.num_slots for row in rows}):
         at_b = [row for row in rows if row.cost.num_slots == b]
@@ -105,42 +95,7 @@ def build_profile(rows: list[ProfileRow], k_max: int, prefills: list[tuple[int, 
         return None
     return CostProfile(batch_sizes=np.array(sizes, dtype=np.int64), seconds=np.array(seconds),
                        verify=np.array(verify), error=np.array(error), steps=np.array(steps, dtype=np.int64),
-                       prefill_per_token=prefill_cost(list(prefills)), context_seconds=slope,
-                       context_verify_seconds=verify_slope)
-
-
-def context_slopes(rows: list[ProfileRow]) -> tuple[float, float]:
-    """(seconds, verify seconds) per unit of StepCost.context_tokens: the least-squares slope of a step's seconds on
-    its context tokens within each (batch size, K) of the rows, pooled (a profile's requests grow their context as it
-    runs, and start over with each fresh batch). At least 0, and at most half of any row's seconds over its context
-    tokens (a step never costs less than half its measure at no context: a load that grew while the contexts did
-    must not make the intercepts vanish); 0 without two different contexts in a group."""
-    groups: dict[tuple[int, int], list[StepCost]] = {}
-    for row in rows:
-        groups.setdefault((row.cost.num_slots, row.k), []).append(row.cost)
-    slopes = []
-    for field in ("seconds", "verify_seconds"):
-        covariance = variance = 0.0
-        for costs in groups.values():
-            x = np.array([c.context_tokens for c in costs], dtype=np.float64)
-            y = np.array([getattr(c, field) for c in costs], dtype=np.float64)
-            centred = x - x.mean()
-            covariance += float(centred @ (y - y.mean()))
-            variance += float(centred @ centred)
-        slope = max(covariance / variance, 0.0) if variance > 0 else 0.0
-        bound = min((0.5 * getattr(row.cost, field) / row.cost.context_tokens for row in rows
-                     if row.cost.context_tokens > 0), default=0.0)
-        slopes.append(min(slope, bound))
-    return slopes[0], slopes[1]
-
-
-def _without_context(rows: list[ProfileRow], slope: float, verify_slope: float) -> list[ProfileRow]:
-    """The rows with their context's share taken out of seconds and verify seconds."""
-    if slope == 0.0 and verify_slope == 0.0:
-        return rows
-    return [dataclasses.replace(row, cost=dataclasses.replace(
-        row.cost, seconds=row.cost.seconds - slope * row.cost.context_tokens,
-        verify_seconds=row.cost.verify_seconds - verify_slope * row.cost.context_tokens)) for row in rows]
+                       prefill_per_token=prefill_cost(list(prefills)))
 
 
 def _round_ratios(at_b: list[ProfileRow], k_max: int) -> list[list[tuple[float, float]]] | None:
@@ -158,9 +113,8 @@ def _round_ratios(at_b: list[ProfileRow], k_max: int) -> list[list[tuple[float, 
 
 def ratio_errors(at_b: list[ProfileRow], k_max: int) -> np.ndarray:
     """[K + 1] the relative standard error each K's T(B, K) / T(B, 0) would have in a profile of the rows of one
-    batch size (0 at K = 0; the unknown error, 0.5, for every K while one lacks a round), their context's share
-    taken out with the slopes these rows give."""
-    ratios = _round_ratios(_without_context(at_b, *context_slopes(at_b)), k_max)
+    batch size (0 at K = 0; the unknown error, 0.5, for every K while one lacks a round)."""
+    ratios = _round_ratios(at_b, k_max)
     return np.r_[0.0, np.full(k_max, _UNKNOWN_ERROR)] if ratios is None else np.array(_errors_of(ratios))
 
 
@@ -188,9 +142,6 @@ class ProfiledCosts:
     `fill` [K]: the share of steps allowed draft j that fed one (AdaptivePolicy keeps it): a lookup proposer finds
     no draft in many steps, and a step allowed K drafts then costs what it feeds, T at n = sum_{j <= K} fill_j drafts
     a slot, interpolated between the integer n the profile measured (MTP always drafts: fill 1).
-
-    `context` (set_context): the tokens each slot's cache holds over the steps predicted; a step of B slots feeding
-    1 + n_K tokens each then adds context_seconds x B (1 + n_K) x context to T (context_verify_seconds to V).
     """
 
     profiled = True
@@ -204,8 +155,7 @@ class ProfiledCosts:
         self.count: dict[int, int] = {i: int(profile.steps[:, i].sum()) for i in range(k + 1)}
         self.observed: dict[int, int] = {}  # steady steps served per K (metrics; no effect on predictions)
         self.fill = np.ones(k)
-        self.context = 0.0
-        self._cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # predict's, by fill and context
+        self._cache: dict[tuple[int, int, bytes], tuple[np.ndarray, np.ndarray]] = {}  # predict's, by fill
         self._tables: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # B -> _at's
 
     def add(self, k: int, cost: StepCost, *, replace_near: bool = False) -> None:
@@ -232,18 +182,14 @@ class ProfiledCosts:
         return t0 * t_ratio, v0 * v_ratio, error
 
     def predict(self, num_slots: int, k_max: int) -> tuple[np.ndarray, np.ndarray]:
-        """([k_max + 1] T, [k_max + 1] V) seconds at batch size num_slots and the context set: K's drafts a slot at
-        n_K = sum_{j <= K} fill_j, between the profile's integer counts."""
-        key = (num_slots, k_max, self.fill.tobytes(), self.context)
+        """([k_max + 1] T, [k_max + 1] V) seconds at batch size num_slots: K's drafts a slot at n_K = sum_{j <= K}
+        fill_j, between the profile's integer counts."""
+        key = (num_slots, k_max, self.fill.tobytes())
         if key not in self._cache:
-            if len(self._cache) >= 512:  # fills and contexts move on: old keys are not read again
-                self._cache.clear()
             seconds, verify, _ = self._at(num_slots)
             fed = np.concatenate([[0.0], np.cumsum(self.fill[:k_max])])  # [k_max + 1] n_K
             counts = np.arange(self.profile.k_max + 1)
-            query = num_slots * (1.0 + fed) * self.context  # [k_max + 1] query tokens x context
-            self._cache[key] = (np.interp(fed, counts, seconds) + self.profile.context_seconds * query,
-                                np.interp(fed, counts, verify) + self.profile.context_verify_seconds * query)
+            self._cache[key] = (np.interp(fed, counts, seconds), np.interp(fed, counts, verify))
         return self._cache[key]
 
     def predict_relative(self, num_slots: int, k_max: int) -> np.ndarray:
@@ -264,14 +210,8 @@ class ProfiledCosts:
         fill = np.clip(np.round(np.asarray(fill, dtype=np.float64), 2), 0.0, 1.0)
         if not np.array_equal(fill, self.fill):
             self.fill = fill
-
-    def set_context(self, tokens: float) -> None:
-        """The tokens each slot's cache holds over the steps predicted next (at least 0), kept to 2% (to 1 token
-        below 50: each new value is a new prediction, and the context grows every step)."""
-        tokens = max(float(tokens), 0.0)
-        if tokens >= 50.0:
-            tokens = float(np.exp(np.round(np.log(tokens) / 0.02) * 0.02))
-        self.context = round(tokens)
+            if len(self._cache) > 256:
+                self._cache.clear()
 
 
 class ProfilePolicy(SpeculationPolicy):

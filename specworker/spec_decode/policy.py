@@ -43,9 +43,6 @@ class PolicyStep:
     # [N] int64 tokens each slot may still emit after this step at most (max_tokens less what it has), when no
     # request waits for a slot (the batch drains); None: requests wait, or the caller does not know
     remaining: np.ndarray | None = None
-    # [N] int64 tokens each slot's KV cache holds when it decodes next (ModelRunner.SlotContext; read, not kept);
-    # None: not known (the costs are then read at no context)
-    context: np.ndarray | None = None
 
 
 def expected_tokens(accept: np.ndarray) -> np.ndarray:
@@ -118,14 +115,13 @@ class SpeculationPolicy:
         self.cap[src], self.pinned[src] = self.k_max, False
 
     def admit(self, slot: int, num_slots: int, remaining: np.ndarray | None = None,
-              prompt_left: np.ndarray | None = None, context: np.ndarray | None = None) -> bool:
+              prompt_left: np.ndarray | None = None) -> bool:
         """Once per request, before its first prompt chunk, num_slots = the occupied slots after this step's
         admissions: whether the request may ever draft. False: the slot is draft-less (cap 0 for its life) and the
         proposer may skip what only drafting needs (the MTP draft prefill). remaining: [N] tokens each occupied
         slot may still generate when no request waits after these admissions (the batch will drain; 0 for a free
         slot), else None (as PolicyStep.remaining); prompt_left: [N] prompt tokens each slot has still to prefill,
-        this step's chunks included, given with remaining; context: [N] as PolicyStep.context (read, not kept).
-        Here: only an override of 0."""
+        this step's chunks included, given with remaining. Here: only an override of 0."""
         return self.may_draft(slot)
 
     def may_draft(self, slot: int) -> bool:
@@ -370,13 +366,13 @@ class AdaptivePolicy(SpeculationPolicy):
         self.admitted[slot] = False
 
     def admit(self, slot: int, num_slots: int, remaining: np.ndarray | None = None,
-              prompt_left: np.ndarray | None = None, context: np.ndarray | None = None) -> bool:
+              prompt_left: np.ndarray | None = None) -> bool:
         """Draft-less when K = 0 is settled at num_slots (_no_drafts_verdict, unless _probed re-measures it; on the
         drain objective when `remaining` says the batch drains, the draft prefill of `prompt_left` priced in); never a
         pinned request (its tokens depend on k_b, so timing must not decide it). The admissions of one step share one
         decision (the batch they join is the same; a drain prediction for 64 slots is ~0.2 ms, 64 of them 12 ms)."""
         if self.cap[slot] > 0 and not self.pinned[slot] and self._admission_settles(num_slots, remaining,
-                                                                                       prompt_left, context):
+                                                                                       prompt_left):
             self.cap[slot] = 0
             self.draftless[slot] = True
             self.num_draftless += 1
@@ -384,16 +380,13 @@ class AdaptivePolicy(SpeculationPolicy):
         return self.may_draft(slot)
 
     def _admission_settles(self, num_slots: int, remaining: np.ndarray | None,
-                           prompt_left: np.ndarray | None = None, context: np.ndarray | None = None) -> bool:
+                           prompt_left: np.ndarray | None = None) -> bool:
         """_no_drafts_verdict and _probed, decided once per step's admissions: the memo is dropped at every choose,
-        and keyed by the batch and the evidence (verifications of position 1, cost observations) besides. The costs
-        are read at the context of the occupied slots (_use_context)."""
+        and keyed by the batch and the evidence (verifications of position 1, cost observations) besides."""
         key = (num_slots, None if remaining is None else np.asarray(remaining).tobytes(),
                None if prompt_left is None else np.asarray(prompt_left).tobytes(), float(self.total_reaches[0]),
-               sum(self.costs.count.values()), None if context is None else np.asarray(context).tobytes())
+               sum(self.costs.count.values()))
         if self._admission is None or self._admission[0] != key:
-            # the occupied slots: every one holds its prompt at least
-            self._use_context(None if context is None else np.asarray(context) > 0, context, remaining)
             verdict = self._no_drafts_verdict(num_slots, remaining, self._draft_prefill_seconds(prompt_left))
             self._admission = (key, self._probed(num_slots, *verdict))
         return self._admission[1]
@@ -734,9 +727,7 @@ class AdaptivePolicy(SpeculationPolicy):
             # numpy, a few % of a small model's step; the acceptance it rests on moves slowly)
             self._decided = self._keep_decision()
             return self._decided
-        draining = step.remaining is not None and live.sum() > 1  # one slot: the same choice as the rate's
-        self._use_context(live, step.context, step.remaining if draining else None)
-        if draining:
+        if step.remaining is not None and live.sum() > 1:  # one slot: the same choice as the rate's
             best, k_b = self.best_k_draining(live, step.remaining)
         else:
             seconds, verify = self.predicted_costs(live)
@@ -747,21 +738,6 @@ class AdaptivePolicy(SpeculationPolicy):
         self._decided = k_b
         self._demote(best, live, step.remaining)
         return k_b
-
-    def _use_context(self, slots: np.ndarray | None, context: np.ndarray | None,
-                     remaining: np.ndarray | None) -> None:
-        """Profiled costs are read at the mean context of `slots` (docs/adaptive.md, "Context"): their tokens now,
-        plus half their remaining tokens when the batch drains (the drain's steps run at every context from now to
-        the end); no context known: 0."""
-        if not self.profiled:
-            return
-        if context is None or not slots.any():
-            self.costs.set_context(0.0)
-            return
-        tokens = np.asarray(context)[slots]
-        if remaining is not None:
-            tokens = tokens + 0.5 * np.asarray(remaining)[slots]
-        self.costs.set_context(float(tokens.mean()))
 
     def _demote(self, best: int, live: np.ndarray, remaining: np.ndarray | None) -> None:
         """After `demote_after` exploitation decisions of K = 0 in a row, where K = 0 is also settled for the live batch

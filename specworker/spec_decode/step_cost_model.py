@@ -44,8 +44,6 @@ class StepCost:
     num_substeps: int  # draft-model substeps its proposer ran (0 for proposers without a model)
     seconds: float
     verify_seconds: float = 0.0  # of which pre_process, target forward and sampling / verify (StepOutput.seconds)
-    # sum over slots of L_b x context_b (ModelRunner.SlotContext): query tokens times the tokens each attends to
-    context_tokens: float = 0.0
 
 
 class StepCostModel:

@@ -70,27 +70,6 @@ class PhaseTimer:
         self.seconds[phase] = time.perf_counter() - start
 
 
-class SlotContext:
-    """Host count of each slot's context: the tokens its KV cache holds when it decodes (its prompt from insert on,
-    then + the tokens each decode step emits; a prefill step's token is not counted). A SlotFollower, so it follows
-    the slot moves. The adaptive policy's step costs grow with it (docs/adaptive.md, "Context")."""
-
-    def __init__(self, num_slots: int):
-        self.tokens = np.zeros(num_slots, dtype=np.int64)  # [N]
-
-    def on_insert(self, slot: int, request: SlotRequest) -> None:
-        self.tokens[slot] = len(request.prompt_token_ids)
-
-    def on_clear(self, slot: int) -> None:
-        self.tokens[slot] = 0
-
-    def on_swap(self, i: int, j: int) -> None:
-        self.tokens[[i, j]] = self.tokens[[j, i]]
-
-    def on_move(self, src: int, dst: int) -> None:
-        self.tokens[dst], self.tokens[src] = self.tokens[src], 0
-
-
 class ModelRunner:
     """Owns the InputBatch, the target model with its KV cache, the speculative sampler and the proposer.
 
@@ -124,8 +103,6 @@ class ModelRunner:
         self._chunk_next_token: dict[str, int] = {}  # req_id -> next prompt token, for middle chunks
         self.policy = policy or build_policy(config.speculative_config, config.scheduler.max_num_seqs)
         self.input_batch.follow(self.policy)
-        self.context = SlotContext(config.scheduler.max_num_seqs)
-        self.input_batch.follow(self.context)
         self._prefill_slots: set[int] = set()  # slots given a prefill chunk for this step
         self._last_step: tuple[float, StepCost | None] | None = None  # (start, shape) of the previous step
         # the step-cost clock: wall seconds, or a lockstep bench's own time of this worker (batch_run.OwnClock)
@@ -174,7 +151,7 @@ class ModelRunner:
         self.input_batch.write_row(slot, row)
         if start == 0:  # the request's first chunk: the batch it joins is known (every admission is inserted)
             self.policy.admit(slot, num_slots=len(self.input_batch.req_id_to_slot), remaining=remaining,
-                              prompt_left=prompt_left, context=self.context.tokens)
+                              prompt_left=prompt_left)
         self.proposer.write_prefill(slot, prompt_token_ids, start, length,
                                     draft_less=not self.policy.may_draft(slot))
 
@@ -220,16 +197,15 @@ class ModelRunner:
             logprobs = self._logprobs(verified, meta, num_logprobs)
             host = self._copy_step_outputs_sync(logprobs)
             live, drafted = self._decoding_next(host)
-            context_tokens = self._advance_context(host)
             self._restore_chunk_tokens()
         with timer("update"):
             self._update_states()
             left = None if remaining is None else np.maximum(remaining - host.accept_num, 0)
             draft_lens = self._choose_draft_lens(PolicyStep(live=live, drafted=drafted, emitted=host.accept_num,
-                                                            cost=cost, remaining=left, context=self.context.tokens))
+                                                            cost=cost, remaining=left))
         with timer("proposer"):
             out = self._propose(hidden, meta, draft_lens[live])
-        self._last_step = (start, self._step_shape(host, live, out.num_substeps, timer.seconds, context_tokens))
+        self._last_step = (start, self._step_shape(host, live, out.num_substeps, timer.seconds))
         self._prefill_slots.clear()
         return dataclasses.replace(host, seconds=timer.seconds, draft_lens=np.where(live, draft_lens, -1))
 
@@ -239,21 +215,7 @@ class ModelRunner:
         return self.proposer.run(self._proposer_inputs.for_step(
             hidden, meta, max_draft_len=int(lens.max(initial=0)), min_draft_len=int(lens.min(initial=0))))
 
-    def _advance_context(self, host: StepOutput) -> float:
-        """sum_b L_b x context_b over this step's slots (StepCost.context_tokens; 0 for a step that held a prefill
-        chunk: it files no cost), then each decoding slot's context moves on by the tokens it emitted."""
-        fed, tokens = host.seq_lens_this_time, self.context.tokens
-        if not self._prefill_slots:
-            query = float(fed @ tokens)
-            tokens += host.accept_num
-            return query
-        decoded = fed > 0
-        decoded[list(self._prefill_slots)] = False
-        tokens += np.where(decoded, host.accept_num, 0)
-        return 0.0
-
-    def _step_shape(self, host: StepOutput, live: np.ndarray, num_substeps: int, seconds: dict,
-                    context_tokens: float = 0.0) -> StepCost | None:
+    def _step_shape(self, host: StepOutput, live: np.ndarray, num_substeps: int, seconds: dict) -> StepCost | None:
         """This step's shape for the policy's cost model (its wall seconds are filled in at the next step), or None
         when it held a prefill chunk or no slot decodes after it (the time to the next step is then idle, not
         cost)."""
@@ -262,7 +224,7 @@ class ModelRunner:
         fed = host.seq_lens_this_time
         verify = sum(seconds[p] for p in ("pre_process", "target_forward", "sampling_verify"))
         return StepCost(num_slots=int((fed > 0).sum()), num_drafts=int(np.maximum(fed - 1, 0).sum()),
-                        num_substeps=num_substeps, seconds=0.0, verify_seconds=verify, context_tokens=context_tokens)
+                        num_substeps=num_substeps, seconds=0.0, verify_seconds=verify)
 
     def _previous_cost(self, now: float) -> StepCost | None:
         """The previous step's shape with its wall seconds (its start to this one's), if it was pure decode."""

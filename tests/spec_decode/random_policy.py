@@ -20,7 +20,7 @@ class RandomPolicy(SpeculationPolicy):
         self.num_draftless = 0  # requests admitted draft-less
 
     def admit(self, slot: int, num_slots: int, remaining: np.ndarray | None = None,
-              prompt_left: np.ndarray | None = None, context: np.ndarray | None = None) -> bool:
+              prompt_left: np.ndarray | None = None) -> bool:
         if self.cap[slot] > 0 and self.rng.random() < self.draftless_rate:
             self.cap[slot] = 0
             self.num_draftless += 1

@@ -11,7 +11,7 @@ import pytest
 from specworker.config import SpeculativeConfig
 from specworker.slot_request import SlotRequest
 from specworker.spec_decode.cost_profile import (CostProfile, ProfilePolicy, ProfiledCosts, ProfileRow, build_profile,
-                                                 context_slopes, prefill_cost, profile_batch_sizes, ratio_errors)
+                                                 prefill_cost, profile_batch_sizes, ratio_errors)
 from specworker.spec_decode.policy import AdaptivePolicy, PolicyStep, build_policy
 from specworker.spec_decode.step_cost_model import StepCost
 
@@ -51,9 +51,7 @@ def test_build_profile_reads_ratios_within_rounds_so_load_between_rounds_cancels
     assert (profile.error == 0).all()  # every round read the same ratio
     assert profile.steps.tolist() == [[12] * 4] * 3
     assert profile.k_max == 3
-    assert set(profile.to_dict()) == {"batch_sizes", "seconds", "verify", "error", "steps", "prefill_per_token",
-                                      "context_seconds", "context_verify_seconds"}
-    assert profile.context_seconds == profile.context_verify_seconds == 0.0  # no row has a context
+    assert set(profile.to_dict()) == {"batch_sizes", "seconds", "verify", "error", "steps", "prefill_per_token"}
     assert profile.prefill_per_token == 0.0  # no prefill step given
 
 
@@ -115,106 +113,6 @@ def test_ratio_errors_are_the_errors_a_profile_of_the_rows_would_have():
     assert ratio_errors([], 1).tolist() == [0.0, 0.5]
 
 
-def _context_rows(slope, verify_slope, sizes=(1, 4), k_max=2, rounds=4, load=lambda r: 1.0):
-    """_rows' steps over a context that grows 7 tokens a step from 5 and starts over each round (a fresh batch), each
-    step's context share (slope x sum_b L_b c_b) on top of its cost x load."""
-    rows = []
-    for b in sizes:
-        for r in range(rounds):
-            for i, k in enumerate(range(k_max + 1)):
-                for step in range(3):
-                    context = 5 + 7 * (3 * i + step)
-                    query = b * (k + 1) * context
-                    t = _true_cost(b, k) * load(r)
-                    rows.append(ProfileRow(round=r, k=k, cost=StepCost(
-                        num_slots=b, num_drafts=b * k, num_substeps=k, seconds=t + slope * query,
-                        verify_seconds=0.6 * t + verify_slope * query, context_tokens=query)))
-    return rows
-
-
-def test_build_profile_takes_each_steps_context_share_out():
-    """A profile's requests grow their context as it runs: K's steps read later in a round cost more for it. The
-    slope of seconds on query x context tokens, pooled within each (B, K), is taken out of every step; the table is
-    the cost at no context, and ProfiledCosts puts the share of the context set back (B (1 + n_K) x context)."""
-    slope, verify_slope = 2e-6, 1.5e-6
-    rows = _context_rows(slope, verify_slope)
-    assert context_slopes(rows) == pytest.approx((slope, verify_slope), rel=1e-9)
-    profile = build_profile(rows, 2)
-    truth = np.array([[_true_cost(b, k) for k in range(3)] for b in (1, 4)])
-    np.testing.assert_allclose(profile.seconds, truth, rtol=1e-9)
-    np.testing.assert_allclose(profile.verify, 0.6 * truth, rtol=1e-9)
-    assert (profile.context_seconds, profile.context_verify_seconds) == pytest.approx((slope, verify_slope), rel=1e-9)
-    assert profile.to_dict()["context_seconds"] == profile.context_seconds
-    assert (ratio_errors([r for r in rows if r.cost.num_slots == 4], 2) < 1e-9).all()  # the share taken out first
-    # raw, the ratios differ round to round only by the context: no load moved, so they agree; as a profile without
-    # the context model read them, K = 2 at 4 slots would be 1.9x K = 0, against 1.75x at no context
-    costs = ProfiledCosts(profile)
-    np.testing.assert_allclose(costs.predict(4, 2)[0], truth[1], rtol=1e-9)  # context 0 by default
-    costs.set_context(200)
-    query = 4 * np.arange(1, 4) * 200.0
-    np.testing.assert_allclose(costs.predict(4, 2)[0], truth[1] + slope * query, rtol=1e-9)
-    np.testing.assert_allclose(costs.predict(4, 2)[1], 0.6 * truth[1] + verify_slope * query, rtol=1e-9)
-    costs.set_fill(np.array([1.0, 0.5]))  # a lookup: K = 2 feeds 1.5 drafts a slot, and its context share follows
-    np.testing.assert_allclose(costs.predict(4, 2)[0][2], np.interp(1.5, [0, 1, 2], truth[1]) + slope * 4 * 2.5 * 200,
-                               rtol=1e-9)
-    # the load doubling every round does not reach the slope (fitted within rounds' groups pooled: it does, a bit;
-    # the ratios still cancel it)
-    doubled = build_profile(_context_rows(slope, verify_slope, load=lambda r: 2.0 ** r), 2)
-    np.testing.assert_allclose(doubled.seconds / doubled.seconds[:, :1], truth / truth[:, :1], rtol=0.05)
-
-
-def test_context_slopes_are_never_negative_nor_eat_half_a_step():
-    assert context_slopes(_rows([1, 4], 2, 3)) == (0.0, 0.0)  # no context anywhere
-    assert context_slopes(_context_rows(-1e-6, -1e-6)) == (0.0, 0.0)  # a context that made steps cheaper: none
-    rows = _context_rows(1.0, 1.0)  # the context is nearly all of every step
-    bound = min(0.5 * r.cost.seconds / r.cost.context_tokens for r in rows)
-    slope, _ = context_slopes(rows)
-    assert slope == pytest.approx(bound) and bound < 1.0
-    assert (build_profile(rows, 2).seconds > 0).all()
-
-
-def test_profiled_costs_keep_the_context_to_two_percent():
-    costs = ProfiledCosts(_profile([1, 4], [[1.0, 2.0, 3.0], [2.0, 3.0, 4.0]]))
-    for tokens, kept in ((-3.0, 0), (0.4, 0), (30.4, 30), (49.6, 50)):
-        costs.set_context(tokens)
-        assert costs.context == kept
-    costs.set_context(200.0)
-    at_200 = costs.context
-    costs.set_context(201.0)
-    assert costs.context == at_200 and abs(at_200 - 200) <= 0.01 * 200
-    costs.set_context(210.0)
-    assert costs.context > at_200
-
-
-def test_adaptive_reads_profiled_costs_at_the_live_slots_context():
-    """_choose sets the mean context of the live slots (plus half their remaining tokens when the batch drains: the
-    drain runs at every context up to its end), admission that of the occupied slots. With verify tokens dear at a
-    long context (the attention), K = 2 wins at a short context and K = 0 at a long one."""
-    profile = _profile([1, 4], [[1.0, 1.1, 1.2], [1.0, 1.1, 1.2]])
-    profile = CostProfile(batch_sizes=profile.batch_sizes, seconds=profile.seconds, verify=profile.verify,
-                          error=profile.error, steps=profile.steps, context_seconds=0.001)
-    short, long_ = (_adaptive(profile=profile) for _ in range(2))
-    live = [True, True, True, False]
-    for policy, tokens in ((short, 10), (long_, 2000)):
-        context = np.where(live, tokens, 0).astype(np.int64)
-        rng, allowed, ks = np.random.default_rng(0), np.zeros(4, np.int64), []
-        for _ in range(80):
-            accepted = np.array([int(np.argmin(np.append(rng.random(a) < 0.9, False))) for a in allowed])
-            emitted = np.where(live, accepted + 1, 0)
-            allowed = policy.choose(_step(live, drafted=np.where(live, allowed, 0), emitted=emitted, context=context))
-            allowed = np.where(live, allowed, 0)
-            ks.append(int(allowed.max()))
-        assert policy.costs.context == pytest.approx(tokens, rel=0.02)
-        assert ks[-10:] == ([2] * 10 if policy is short else [0] * 10)
-    remaining = np.array([100, 300, 200, 0])
-    long_.choose(_step(live, context=np.array([10, 20, 30, 0]), remaining=remaining))
-    long_.decision = None  # decide afresh: draining, the contexts plus half the remaining tokens
-    long_.choose(_step(live, context=np.array([10, 20, 30, 0]), remaining=remaining))
-    assert long_.costs.context == pytest.approx(20 + 100, rel=0.02)
-    long_.admit(3, 4, remaining=None, context=np.array([10, 20, 30, 40]))
-    assert long_.costs.context == 25  # every occupied slot
-
-
 def _profile(sizes, table):
     seconds = np.array(table, dtype=np.float64)
     return CostProfile(batch_sizes=np.array(sizes), seconds=seconds, verify=0.5 * seconds,
@@ -249,11 +147,10 @@ def test_profiled_costs_follow_the_share_of_drafts_fed():
     assert costs.observed == {1: 1} and costs.predict(1, 2)[0][1] == 2.0
 
 
-def _step(live, cost=None, drafted=None, emitted=None, context=None, remaining=None):
+def _step(live, cost=None, drafted=None, emitted=None):
     n = len(live)
     return PolicyStep(live=np.array(live), drafted=np.zeros(n, np.int64) if drafted is None else np.array(drafted),
-                      emitted=np.ones(n, np.int64) if emitted is None else np.array(emitted), cost=cost,
-                      context=context, remaining=remaining)
+                      emitted=np.ones(n, np.int64) if emitted is None else np.array(emitted), cost=cost)
 
 
 def test_profile_policy_keeps_steady_steps_under_the_round_that_chose_them():

@@ -229,8 +229,8 @@ def _record_admissions(worker):
     admitted, policy = {}, worker.runner.policy
     admit = policy.admit
 
-    def recorded(slot, num_slots, remaining=None, prompt_left=None, context=None):
-        admitted[worker.input_batch.req_ids[slot]] = may = admit(slot, num_slots, remaining, prompt_left, context)
+    def recorded(slot, num_slots, remaining=None, prompt_left=None):
+        admitted[worker.input_batch.req_ids[slot]] = may = admit(slot, num_slots, remaining, prompt_left)
         return may
 
     policy.admit = recorded
@@ -354,10 +354,10 @@ def test_admission_is_told_the_remaining_tokens_only_when_nothing_waits(monkeypa
     seen = {}  # req_id -> (remaining, the slots' requests, the tokens returned so far) at its admission
     admit = worker.runner.policy.admit
 
-    def spy(slot, num_slots, remaining=None, prompt_left=None, context=None):
+    def spy(slot, num_slots, remaining=None, prompt_left=None):
         seen[batch.req_ids[slot]] = (None if remaining is None else remaining.copy(), list(batch.req_ids), dict(made),
                                      None if prompt_left is None else prompt_left.copy())
-        return admit(slot, num_slots, remaining, prompt_left, context)
+        return admit(slot, num_slots, remaining, prompt_left)
 
     monkeypatch.setattr(worker.runner.policy, "admit", spy)
     for r in reqs:
@@ -388,12 +388,10 @@ def test_admission_of_a_paused_prefill_is_told_the_remaining_tokens():
     seen, admitted_at = [], {}
     admit = worker.runner.policy.admit
 
-    def spy(slot, num_slots, remaining=None, prompt_left=None, context=None):
+    def spy(slot, num_slots, remaining=None, prompt_left=None):
         seen.append((batch.req_ids[slot], worker.num_steps, bool(worker.scheduler.waiting), remaining is not None))
         assert (prompt_left is None) == (remaining is None)
-        assert context is worker.runner.context.tokens  # the admitted slot's count is its prompt already
-        assert context[slot] == worker.requests[batch.req_ids[slot]].num_prompt
-        return admit(slot, num_slots, remaining, prompt_left, context)
+        return admit(slot, num_slots, remaining, prompt_left)
 
     worker.runner.policy.admit = spy
     reqs = random_requests(3, seed=11, max_prompt=20, max_tokens=(6, 10))

@@ -125,37 +125,3 @@ def test_model_runner_files_no_step_cost_across_an_empty_batch():
         assert worker.runner._last_step is None  # nothing left to file
         assert seen[mark] is None  # the batch's first step: nothing before it in this batch
         assert any(cost is not None for cost in seen[mark:])  # its decode steps were filed (the test can fail)
-
-
-@pytest.mark.parametrize("name", ["mtp_k3_adaptive", "ngram_k3", "none"])
-def test_model_runner_counts_each_slots_context(name):
-    """runner.context.tokens[slot]: the tokens in the slot's KV cache once its prompt is in (prompt + every emitted
-    token but the last, which the next step feeds), following the slot moves; each pure decode step's cost carries
-    sum_b L_b x that count before it (StepCost.context_tokens), and the policy is given the counts (read-only)."""
-    worker = _worker(name)
-    runner, batch = worker.runner, worker.runner.input_batch
-    seen, choose, outs, step = [], runner.policy.choose, [], runner.step
-    runner.policy.choose = lambda step: (seen.append(step.context), choose(step))[1]
-    runner.step = lambda *a, **k: (outs.append(step(*a, **k)), outs[-1])[1]
-    checked = swapped = 0
-    while worker.has_unfinished():
-        before = runner.context.tokens.copy()
-        worker.step()
-        assert seen[-1] is runner.context.tokens
-        shape = runner._last_step[1] if runner._last_step is not None else None
-        if shape is not None:
-            assert shape.context_tokens == float(outs[-1].seq_lens_this_time @ before)  # the step's fed tokens
-            checked += 1
-        for req in worker.scheduler.running:
-            if req.num_prefilled == req.num_prompt and req.output_token_ids:
-                slot = batch.slot_of(req.req_id)
-                assert runner.context.tokens[slot] == req.num_prompt + len(req.output_token_ids) - 1
-        occupied = batch.occupied_slots
-        if len(occupied) >= 2 and not swapped:  # a swap between steps moves the counts with the requests
-            a, b = occupied[:2]
-            counts = runner.context.tokens[[a, b]].copy()
-            batch.swap_states(a, b)
-            assert runner.context.tokens[[b, a]].tolist() == counts.tolist()
-            swapped += 1
-    assert checked > 3 and swapped == 1
-    assert (runner.context.tokens == 0).all()  # every slot cleared
