@@ -248,12 +248,12 @@ class AdaptivePolicy(SpeculationPolicy):
         # a request's first verification of drafts since its admission is counted apart (_flush): on the tiny pair
         # position 1 is accepted 0.53 of the time there, 0.85 later; counted with the rest, one such rejection cut
         # the slot's estimate ~14% for its life
-        self._fresh = np.zeros(num_slots, dtype=bool)  # [N] admitted, no verification of drafts counted yet
+        self.fresh = np.zeros(num_slots, dtype=bool)  # [N] admitted, no verification of drafts counted yet
         self._first_totals = np.zeros((2, k_max))  # [reaches, successes][K]: worker totals of first verifications
         self._k_totals = np.zeros((2, k_max, k_max))  # [.., k - 1, j]: worker totals of steps after one allowed k
         self._queued: list[tuple] = []  # steps observed but not counted yet (_flush)
         self.pending_decay = 1.0  # decay owed by successes / reaches for steps in which no slot drafted
-        self._prev_allowed = np.zeros(num_slots, dtype=np.int64)  # [N] k_b of the slot's last verified step (0: none)
+        self.prev_allowed = np.zeros(num_slots, dtype=np.int64)  # [N] k_b of the slot's last verified step (0: none)
         # [2, k_b, emitted, j]: position j (0-based) reached (j < min(k_b, emitted)) / accepted (j < min(k_b, emitted
         # - 1)) in a verify step that allowed k_b drafts and emitted that many tokens
         kb, em, j = np.ogrid[:k_max + 1, :k_max + 2, :k_max]
@@ -340,7 +340,6 @@ class AdaptivePolicy(SpeculationPolicy):
 
     def on_swap(self, i: int, j: int) -> None:
         super().on_swap(i, j)
-        self._flush()  # the queued steps' rows are the old ones
         self.decision = None  # its per-slot k_b belong to the old rows
         for a in (self.allowed, self.prev_allowed, self.draftless, self.fresh, self.admitted):
             a[[i, j]] = a[[j, i]]
@@ -349,7 +348,6 @@ class AdaptivePolicy(SpeculationPolicy):
 
     def on_move(self, src: int, dst: int) -> None:
         super().on_move(src, dst)
-        self._flush()
         self.decision = None
         for a in (self.allowed, self.prev_allowed, self.draftless, self.fresh, self.admitted):
             a[dst] = a[src]
@@ -358,7 +356,6 @@ class AdaptivePolicy(SpeculationPolicy):
         self._reset(src)
 
     def _reset(self, slot: int) -> None:
-        self._flush()
         self.decision = None
         self.slot_counts[:, slot] = 0.0
         self.slot_raw[:, slot] = 0.0
@@ -512,21 +509,29 @@ class AdaptivePolicy(SpeculationPolicy):
     def observe(self, step: PolicyStep) -> None:
         """Acceptance counts from this step's verify results; the previous step's seconds into the cost model when
         its cycle held one K (its verified drafts and its substeps chosen alike)."""
+        k = self.k_max
         if not self.allowed.any() and not step.drafted.any():
             # no slot was allowed a draft (draft-less slots, K = 0): nothing to count, only the decay owed (the
             # common step at large batch, kept to a couple of numpy calls)
             self.pending_decay *= self.decay
-            if self._queued:  # the previous k_b of the steps queued still counts: count them first
-                self._flush()
-            self._prev_allowed[:] = 0
+            self.prev_allowed[:] = 0
             self._observe_cost(step)
             return
+        # Positions count from what the slot was allowed (k_b), not what its proposer drafted: a lookup proposer
+        # that finds nothing drafts fewer, and E_b(K) must be the tokens a step *allowed* K brings, as T(B, K) is
+        # that step's cost. Slots that emitted nothing (paused) or were not decoding (allowed 0) add nothing.
+        # (allowed <= k and emitted <= drafted + 1 <= k + 1 hold by construction: _count_table's bounds)
+        allowed = np.maximum(self.allowed, step.drafted)  # [N]
+        emitted = step.emitted.copy()  # [N]; 0: the slot emitted nothing (not decoding, paused); queued, so a copy
         # Counted lazily (_flush, when an estimate is read or a slot moves): a step only queues its rows, which keeps
         # it to a few numpy calls (counting each step cost ~0.07 ms inside a running worker, 1% of a 6.5 ms step;
         # inside a worker each numpy call here costs ~5 us, against ~0.5 us in a loop of its own, so the calls are
-        # counted). `allowed` is queued as it is: it is replaced, never written, while queued (a slot move or reset
-        # counts the queue first). The factor is the decay this step's counting applies to the counts before it.
-        self._queued.append((self.allowed, step.drafted.copy(), step.emitted.copy(), self.pending_decay * self.decay))
+        # counted). The factor is the decay this step's counting applies to the counts before it.
+        prev, self.prev_allowed = self.prev_allowed, allowed * (emitted > 0)  # k_b of the slots verified, else 0
+        first = self.fresh & (self.prev_allowed > 0)  # a fresh slot's first verification: counted apart (_flush)
+        self.fresh ^= first
+        self._queued.append((allowed, emitted, prev, self.pending_decay * self.decay, first,
+                             step.drafted.copy() if self.profiled else None))  # drafted: for the fill only
         self.pending_decay = 1.0
         self._observe_cost(step)
 
@@ -550,30 +555,19 @@ class AdaptivePolicy(SpeculationPolicy):
         verifications")."""
         if not self._queued:
             return
-        allowed, drafted, emitted, factors = zip(*self._queued)
+        allowed, emitted, prev, factors, first, drafted = zip(*self._queued)
         self._queued.clear()
-        # Positions count from what the slot was allowed (k_b), not what its proposer drafted: a lookup proposer
-        # that finds nothing drafts fewer, and E_b(K) must be the tokens a step *allowed* K brings, as T(B, K) is
-        # that step's cost. Slots that emitted nothing (paused) or were not decoding (allowed 0) add nothing.
-        # (allowed <= k and emitted <= drafted + 1 <= k + 1 hold by construction: _count_table's bounds)
-        drafted, emitted = np.stack(drafted), np.stack(emitted)  # [S, N]
-        allowed = np.maximum(np.stack(allowed), drafted)
-        verified = allowed * (emitted > 0)  # [S, N] k_b of the slots verified at each step, else 0
-        prev = np.concatenate([self._prev_allowed[None], verified[:-1]])  # [S, N] each slot's previous k_b
-        self._prev_allowed = verified[-1].copy()
-        reached = verified > 0
-        first = self._fresh & reached & (np.cumsum(reached, axis=0) == 1)  # [S, N] a fresh slot's first verification
-        self._fresh &= ~reached.any(axis=0)
         if self.profiled:
-            self._count_fill(allowed, emitted, drafted)
-        counts = self._count_table[:, allowed, emitted]  # [2, S, N, K]: 0 where emitted 0
+            self._count_fill(np.stack(allowed), np.stack(emitted), np.stack(drafted))
+        counts = self._count_table[:, np.stack(allowed), np.stack(emitted)]  # [2, S, N, K]: 0 where emitted 0
+        first = np.stack(first)  # [S, N]
         if first.any():  # a request's first verification: its own totals, in nothing else
             self._first_totals += counts[:, first].sum(axis=1)
             counts = counts * ~first[None, :, :, None]
         n, k = counts.shape[2], self.k_max
         self._totals += counts.sum(axis=(1, 2))
         flat = counts.reshape(2, -1, k)  # [2, S * N, K]
-        self._k_totals += self._one_hot[:, prev.reshape(-1)] @ flat  # [K, S * N] @ [2, S * N, K]
+        self._k_totals += self._one_hot[:, np.stack(prev).reshape(-1)] @ flat  # [K, S * N] @ [2, S * N, K]
         later = np.cumprod((1.0,) + factors[:0:-1])[::-1]  # [S]: the decay each step's counts get after it
         self._slot_counts *= later[0] * factors[0]
         self._slot_counts += np.tensordot(later, counts, axes=(0, 1)).reshape(2, n, k)
@@ -585,8 +579,6 @@ class AdaptivePolicy(SpeculationPolicy):
     totals = property(lambda self: self._flushed(self._totals))  # [reaches, successes][K]: worker totals (the prior)
     k_totals = property(lambda self: self._flushed(self._k_totals))  # [.., k - 1, j]: totals of steps after k
     first_totals = property(lambda self: self._flushed(self._first_totals))  # [2, K]: of first verifications
-    prev_allowed = property(lambda self: self._flushed(self._prev_allowed))  # [N] k_b of the last verified step
-    fresh = property(lambda self: self._flushed(self._fresh))  # [N] no verification of drafts counted yet
 
     def _flushed(self, counts: np.ndarray) -> np.ndarray:
         self._flush()
@@ -669,7 +661,7 @@ class AdaptivePolicy(SpeculationPolicy):
             # no live slot may draft (draft-less, overrides 0: the common step at large batch): what the general path
             # below gives, in fewer numpy calls
             self.last_k = 0
-            self.allowed = np.zeros_like(self.allowed)  # replaced, not written: observe queued the old one
+            self.allowed[:] = 0
             self.recent_k = (self.recent_k + [0])[-2:]
             self.recent_draftless = (self.recent_draftless + [bool(self.draftless[live].any())])[-2:]
             return np.where(live, 0, self.cap)
