@@ -157,7 +157,8 @@ def test_profile_rows_cover_each_round(monkeypatch):
     Worker(dataclasses.replace(config, speculative_config=dataclasses.replace(
         config.speculative_config, profile_rounds=3)))
     for b in (1, 2):
-        for k in (0, 1):
-            rounds = sorted({r.round for r in rows if r.cost.num_slots == b and r.k == k})
-            assert rounds == [0, 1, 2]
+        # 3 rounds, and up to 6 while a ratio there is known only to more than TARGET_ERROR (a noisy machine: the
+        # extra rounds of profile_step_costs), every one of them holding each K
+        measured = [sorted({r.round for r in rows if r.cost.num_slots == b and r.k == k}) for k in (0, 1)]
+        assert measured[0] == measured[1] == list(range(len(measured[0]))) and 3 <= len(measured[0]) <= 6, measured
     assert np.all([r.cost.seconds > 0 for r in rows])
