@@ -210,10 +210,13 @@ class ModelRunner:
         return dataclasses.replace(host, seconds=timer.seconds, draft_lens=np.where(live, draft_lens, -1))
 
     def _propose(self, hidden, meta, lens: np.ndarray):
-        """The proposer's drafts for next step, told the largest and smallest k_b of the slots that decode."""
+        """The proposer's drafts for next step, told the largest and smallest k_b of the slots that decode (both 0
+        when none does). The smallest decides whether drafts need cutting per slot (MTPProposer._cap_drafts):
+        `lens.min(initial=0)` read 0 whatever the slots held, and every round of every MTP worker paid the cut's two
+        device ops."""
         meta.require_current(self.input_batch.layout_version, "the proposer")
         return self.proposer.run(self._proposer_inputs.for_step(
-            hidden, meta, max_draft_len=int(lens.max(initial=0)), min_draft_len=int(lens.min(initial=0))))
+            hidden, meta, max_draft_len=int(lens.max(initial=0)), min_draft_len=int(lens.min()) if lens.size else 0))
 
     def _step_shape(self, host: StepOutput, live: np.ndarray, num_substeps: int, seconds: dict) -> StepCost | None:
         """This step's shape for the policy's cost model (its wall seconds are filled in at the next step), or None

@@ -406,3 +406,28 @@ def test_admission_of_a_paused_prefill_is_told_the_remaining_tokens():
     assert len(seen) == 3 and all(told == (not waiting) for _, _, waiting, told in seen)
     assert any(step > admitted_at[req_id] for req_id, step, _, _ in seen)  # a first chunk after its admission
     assert all(told for *_, told in seen)  # nothing waits here: every admission drains
+
+
+@pytest.mark.parametrize("kw,cuts", [(dict(method="mtp", k=2, steps=2), False),
+                                     (dict(method="mtp", k=3, steps=3, policy="schedule", schedule={1: 2}), False),
+                                     (dict(method="mtp", k=3, steps=3, policy="schedule", schedule={1: 0}), True)],
+                         ids=["fixed", "schedule-2", "schedule-0"])
+def test_mtp_cuts_drafts_only_where_a_decoding_slot_keeps_fewer(kw, cuts, monkeypatch):
+    """MTPProposer._cap_drafts (two device ops) runs only in a round where some slot decoding next step has k_b
+    below the substeps run: never under fixed k or a schedule at num_model_steps' K; a round with a prefill chunk
+    under schedule {1: 0} runs one substep for the draft prefill while every decoding slot has k_b = 0, and cuts.
+    Greedy output is that of no speculation either way."""
+    worker = Worker(make_config(**kw))
+    rounds = []
+    cap = MTPProposer._cap_drafts
+
+    def counted_cap(self, inputs):
+        rounds.append((inputs.min_draft_len, inputs.max_draft_len))
+        return cap(self, inputs)
+
+    monkeypatch.setattr(MTPProposer, "_cap_drafts", counted_cap)
+    reqs = random_requests(3, seed=11, max_prompt=20, max_tokens=(10, 20))
+    out = drive(worker, reqs)
+    assert out == drive(Worker(make_config(**SCHED)), reqs)
+    assert bool(rounds) == cuts, rounds
+    assert all(low < high or high == 0 for low, high in rounds)
