@@ -78,6 +78,16 @@ def _drain_grid(size: int) -> np.ndarray:
     return grid
 
 
+@functools.lru_cache(maxsize=64)
+def _blom_scores(size: int) -> np.ndarray:
+    """[size] Blom's normal scores of the order statistics of `size` draws, ascending (the normal quantile of
+    (i + 0.625) / (size + 0.25) in Tukey's lambda form, within 1%); read-only."""
+    p = (np.arange(size) + 0.625) / (size + 0.25)
+    scores = 4.91 * (p ** 0.14 - (1 - p) ** 0.14)
+    scores.flags.writeable = False
+    return scores
+
+
 class SpeculationPolicy:
     """Base: per-slot caps that follow the slot moves (a SlotFollower), and `choose`.
 
@@ -260,7 +270,11 @@ class AdaptivePolicy(SpeculationPolicy):
         self._count_table = np.stack([j < np.minimum(kb, em), j < np.minimum(kb, em - 1)]).astype(np.float64)
         self._one_hot = np.eye(k_max + 1)[1:]  # [K, K + 1]: column k_b selects row k_b - 1 (k_b = 0: none)
         self._below_k = (np.arange(k_max)[None, :] < np.arange(k_max + 1)[:, None]).astype(np.float64)  # [K + 1, K]
+        self._square_weights = (2 * np.arange(1, k_max + 1) + 1) * self._below_k  # [K + 1, K]: 2j + 1 for j < K
+        self._k_column = np.arange(k_max + 1)[:, None]  # [K + 1, 1]
         self.costs = StepCostModel()  # or ProfiledCosts (use_profile)
+        self._drain_tables: dict[tuple[int, bytes], np.ndarray] = {}  # _drain_costs' tables (profiled costs) ...
+        self._drain_owner = self.costs  # ... of this cost model
         self._counted = False  # _costs_counted, once true
         self.profiled = False  # costs from a profile measured at worker start: no probes, no cost exploration
         # profiled: verifications each K >= 1 must anchor before the first exploitation choice (_acceptance_warm)
@@ -850,23 +864,18 @@ class AdaptivePolicy(SpeculationPolicy):
         rows = np.flatnonzero(live)
         size = len(rows)
         # E[X^2] of the tokens X a step emits: sum_m (2m - 1) P(X >= m) = 1 + sum_j (2j + 1) P(draft j accepted)
-        square = 1.0 + (reach[:, rows] * (2 * np.arange(1, self.k_max + 1) + 1) * self._below_k[:, None, :]).sum(axis=2)
-        grid = _drain_grid(size)
-        table = np.array([self.costs.predict(int(b), self.k_max)[0] for b in grid])  # [G, K + 1]
-        left = np.arange(size, 0, -1)  # slots still decoding in segment i
-        seconds = np.stack([np.interp(left, grid, column) for column in table.T], axis=1)  # [B, K + 1] T(left_i, K)
+        square = 1.0 + (reach[:, rows] * self._square_weights[:, None, :]).sum(axis=2)
+        seconds = self._drain_costs(size)  # [B, K + 1] T(left_i, K)
         tokens = np.maximum(remaining[rows], 1)
         # a slot's E is uncertain by the population's spread, shrunk by its own evidence: prior weight m over its
         # reaches of position 1 plus m (1 for a slot that has verified nothing yet)
         m = self.prior_weight
         unknown = m / (self.pending_decay * self.slot_counts[0, rows, 0] + m)  # [B]
         spread_e = self.population_spread()  # [K + 1]
-        # Blom's normal scores of the order statistics of `size` draws (the normal quantile in Tukey's lambda form,
-        # within 1%)
-        p = (np.arange(size) + 0.625) / (size + 0.25)
-        scores = 4.91 * (p ** 0.14 - (1 - p) ** 0.14)
+        scores = _blom_scores(size)
         # every K at once, rows [K + 1, B] (a loop over K cost ~15 numpy calls per K)
-        k_b = np.minimum(np.arange(self.k_max + 1)[:, None], self.cap[rows][None, :])
+        column = self._k_column  # [K + 1, 1]: K, and the row index of the [K + 1, B] arrays' gathers
+        k_b = np.minimum(column, self.cap[rows][None, :])
         mean = gain[rows[None, :], k_b]  # tokens a step
         variance = np.maximum(square[k_b, np.arange(size)[None, :]] - mean ** 2, 0.0)
         # steps slot b needs for its R_b tokens: mean R_b / E_b, variance R_b Var_b / E_b^3 (a renewal count)
@@ -875,12 +884,33 @@ class AdaptivePolicy(SpeculationPolicy):
         needed = tokens / mean
         order = np.argsort(needed, axis=1, kind="stable")
         unsure = (needed / mean * unknown * spread_e[k_b]) ** 2
-        spread = np.take_along_axis(np.sqrt(needed * variance / mean ** 2 + unsure), order, axis=1)
-        steps = np.maximum.accumulate(np.maximum(np.take_along_axis(needed, order, axis=1) + spread * scores, 0.0),
-                                      axis=1)
-        lengths = np.diff(steps, axis=1, prepend=0.0)
+        spread = np.sqrt(needed * variance / mean ** 2 + unsure)[column, order]
+        steps = np.maximum.accumulate(np.maximum(needed[column, order] + spread * scores, 0.0), axis=1)
+        lengths = steps.copy()  # each segment's steps: the differences of steps, the first from 0
+        lengths[:, 1:] -= steps[:, :-1]
         out = (lengths * seconds.T).sum(axis=1)
         return out
+
+    def _drain_costs(self, size: int) -> np.ndarray:
+        """[size, K + 1] T(size - i, K) of drain_seconds' segments i (the slots still decoding in each), read at the
+        points of _drain_grid and interpolated linearly in B between them. Profiled costs change only with the fill
+        (set_fill): the table is kept per (size, fill), which spares a decision ~15 numpy calls (a numpy call costs
+        ~5 us inside a worker's step); costs learnt while serving change every step and are read afresh."""
+        key = (size, self.costs.fill.tobytes()) if self.profiled else None
+        if self._drain_owner is not self.costs:  # the cost model was replaced: its tables go with it
+            self._drain_tables, self._drain_owner = {}, self.costs
+        if key is not None and key in self._drain_tables:
+            return self._drain_tables[key]
+        grid = _drain_grid(size)
+        table = np.array([self.costs.predict(int(b), self.k_max)[0] for b in grid])  # [G, K + 1]
+        left = np.arange(size, 0, -1)  # slots still decoding in segment i
+        seconds = np.stack([np.interp(left, grid, column) for column in table.T], axis=1)
+        if key is not None:
+            if len(self._drain_tables) > 256:
+                self._drain_tables.clear()
+            seconds.flags.writeable = False
+            self._drain_tables[key] = seconds
+        return seconds
 
     def best_k_draining(self, live: np.ndarray, remaining: np.ndarray) -> tuple[int, np.ndarray]:
         """(K, [N] k_b = min(K, cap_b)) with the least drain_seconds; the current K is kept unless another saves
@@ -918,6 +948,15 @@ class AdaptivePolicy(SpeculationPolicy):
         k_b = np.minimum(np.arange(self.k_max + 1)[:, None], self.cap[rows][None, :])  # [K + 1, B]
         rates = np.take_along_axis(gain[rows].T, k_b, axis=0).sum(axis=1) / np.maximum(seconds, 1e-9)  # [K + 1]
         best = int(np.argmax(rates))  # ties go to the smaller K
+        # the first choice has no current K to hold it back: a K must beat the best K below it at its pessimistic
+        # acceptance too, as a later switch upwards must. Without it, at one slot on the tiny pair the first choice
+        # read K = 3 at 1.05x K = 2's rate (0.89-0.91x measured, fixed k = 3 against fixed k = 2) and ran K = 3 for
+        # ~80 steps, into the bench's timed runs, until K = 3's own steps pulled it below K = 2 by the margin
+        while self.kept_k is None and best > 0:
+            lower = int(np.argmax(rates[:best]))
+            if not self._doubtful_switch(best, rows, k_b, seconds, rates[lower]):
+                break
+            best = lower
         # within the margin of the current K (measurement noise, KV refill), or a K above it that wins only on thin
         # evidence: stay
         if self.kept_k is not None and best != self.kept_k and (
