@@ -948,15 +948,6 @@ class AdaptivePolicy(SpeculationPolicy):
         k_b = np.minimum(np.arange(self.k_max + 1)[:, None], self.cap[rows][None, :])  # [K + 1, B]
         rates = np.take_along_axis(gain[rows].T, k_b, axis=0).sum(axis=1) / np.maximum(seconds, 1e-9)  # [K + 1]
         best = int(np.argmax(rates))  # ties go to the smaller K
-        # the first choice has no current K to hold it back: a K must beat the best K below it at its pessimistic
-        # acceptance too, as a later switch upwards must. Without it, at one slot on the tiny pair the first choice
-        # read K = 3 at 1.05x K = 2's rate (0.89-0.91x measured, fixed k = 3 against fixed k = 2) and ran K = 3 for
-        # ~80 steps, into the bench's timed runs, until K = 3's own steps pulled it below K = 2 by the margin
-        while self.kept_k is None and best > 0:
-            lower = int(np.argmax(rates[:best]))
-            if not self._doubtful_switch(best, rows, k_b, seconds, rates[lower]):
-                break
-            best = lower
         # within the margin of the current K (measurement noise, KV refill), or a K above it that wins only on thin
         # evidence: stay
         if self.kept_k is not None and best != self.kept_k and (

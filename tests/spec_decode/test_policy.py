@@ -213,20 +213,6 @@ def test_adaptive_doubts_a_switch_up_to_a_k_its_explorations_barely_measured():
     assert down.best_k(live, np.array([1.0, 1.1, 1.2, 1.55]))[0] == 2
 
 
-def test_adaptive_first_choice_doubts_a_k_above_as_a_switch_up_does():
-    """The first exploitation choice has no current K, and the K above the best one below it must win at its
-    pessimistic acceptance too: K = 3 wins at its point estimate by 5% on 4 anchored verifications and the first
-    choice is K = 2; on 4000 it is K = 3. K = 2, whose evidence is ample, beats K = 1 and K = 0 either way."""
-    live, seconds = np.array([True]), np.array([1.0, 1.1, 1.2, 1.45])
-    thin = _thin_k3(4, (1.0, 1.0, 1.0))
-    gain, _ = thin.expected_by_k(thin.acceptance())
-    assert (gain[0] / seconds).argmax() == 3
-    assert thin.kept_k is None
-    assert thin.best_k(live, seconds)[0] == 2 and thin.kept_k == 2
-    ample = _thin_k3(4000, (0.9328, 0.8662, 0.7320))
-    assert ample.best_k(live, seconds)[0] == 3
-
-
 def test_adaptive_counts_a_requests_first_verification_apart():
     """A request's first verification of drafts after admission goes to first_totals alone (`fresh`, docs/adaptive.md
     "First verifications"); its later ones to the slot and worker counts. The flag follows slot moves; a slot never
