@@ -273,8 +273,7 @@ class AdaptivePolicy(SpeculationPolicy):
         self._square_weights = (2 * np.arange(1, k_max + 1) + 1) * self._below_k  # [K + 1, K]: 2j + 1 for j < K
         self._k_column = np.arange(k_max + 1)[:, None]  # [K + 1, 1]
         self.costs = StepCostModel()  # or ProfiledCosts (use_profile)
-        self._drain_tables: dict[tuple[int, bytes], np.ndarray] = {}  # _drain_costs' tables (profiled costs) ...
-        self._drain_owner = self.costs  # ... of this cost model
+        self._drain_tables: dict[tuple[int, bytes], np.ndarray] = {}  # _drain_costs' tables (profiled costs)
         self._counted = False  # _costs_counted, once true
         self.profiled = False  # costs from a profile measured at worker start: no probes, no cost exploration
         # profiled: verifications each K >= 1 must anchor before the first exploitation choice (_acceptance_warm)
@@ -303,6 +302,7 @@ class AdaptivePolicy(SpeculationPolicy):
         from specworker.spec_decode.cost_profile import ProfiledCosts
 
         self.costs = ProfiledCosts(profile)
+        self._drain_tables = {}  # the tables of the profile before it
         self._counted = False
         self.profiled = True
         self.decision = None
@@ -897,8 +897,6 @@ class AdaptivePolicy(SpeculationPolicy):
         (set_fill): the table is kept per (size, fill), which spares a decision ~15 numpy calls (a numpy call costs
         ~5 us inside a worker's step); costs learnt while serving change every step and are read afresh."""
         key = (size, self.costs.fill.tobytes()) if self.profiled else None
-        if self._drain_owner is not self.costs:  # the cost model was replaced: its tables go with it
-            self._drain_tables, self._drain_owner = {}, self.costs
         if key is not None and key in self._drain_tables:
             return self._drain_tables[key]
         grid = _drain_grid(size)
