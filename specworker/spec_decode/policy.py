@@ -210,8 +210,11 @@ class AdaptivePolicy(SpeculationPolicy):
                  admit_min_reaches: int = 64, k_prior_weight: float = 8.0,
                  redecide_every: int = 8, redecide_max: int = 32, confidence: float = 1.0, optimism: bool = False,
                  settle_costs: int = 6, probe_after: float = 128, probe_max: float = 2048, probe_hold: int = 4,
-                 warm_reaches: float = 12.0, demote_after: int = 0):
+                 warm_reaches: float = 12.0, demote_after: int = 0, by_anchor: bool = True):
         super().__init__(num_slots, k_max, pin_sampled=pin_sampled)
+        # acceptance per k of the step that placed the anchor (prior_by_k); off: the worker prior for every k
+        # (lookup proposers, docs/adaptive.md "Anchors and lookups")
+        self.by_anchor = by_anchor
         # demotion (_demote): exploitation decisions of K = 0 in a row after which the live slots become draft-less
         # (0: never); profiled costs only
         self.demote_after, self.zero_decisions, self.num_demoted = demote_after, 0, 0
@@ -629,6 +632,8 @@ class AdaptivePolicy(SpeculationPolicy):
     def prior_by_k(self) -> np.ndarray:
         """[K, K] row k - 1: the worker's acceptance per position in steps after a step that allowed k drafts (the
         steady state of k), shrunk to prior() with weight k_prior_weight (no such step yet: prior())."""
+        if not self.by_anchor:
+            return np.tile(self.prior(), (self.k_max, 1))
         w = self.k_prior_weight
         return (self.k_totals[1] + w * self.prior()) / (self.k_totals[0] + w)
 
@@ -648,7 +653,8 @@ class AdaptivePolicy(SpeculationPolicy):
 
     def _prior_by_k_bound(self, sign: float) -> np.ndarray:
         p = self.prior_by_k()
-        bound = p + sign * self.confidence * np.sqrt(p * (1 - p) / (self.k_totals[0] + self.k_prior_weight))
+        reaches = self.k_totals[0] if self.by_anchor else self.totals[0]  # [K, K] or [K]
+        bound = p + sign * self.confidence * np.sqrt(p * (1 - p) / (reaches + self.k_prior_weight))
         return np.clip(bound, 0.0, 1.0)
 
     def expected_by_k(self, accept: np.ndarray, by_k: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -826,6 +832,8 @@ class AdaptivePolicy(SpeculationPolicy):
         left the warm-up with 6 reaches of position 2 after a K = 2 step (accepted at ~0.5 in the steps after), read
         K = 2 at the rate of K = 1 and stayed at K = 1 through five timed runs (0.87 of fixed2)."""
         k = np.arange(self.k_max)
+        if not self.by_anchor:  # any step's verifications count: position 1 for K = 1, position 2 for K >= 2
+            return self.totals[0, np.minimum(k, 1)]
         return self.k_totals[0, k, np.minimum(k, 1)]
 
     def _neighbours_settled(self, k: int, rows: np.ndarray, seconds: np.ndarray, point: np.ndarray | None) -> bool:
@@ -986,6 +994,8 @@ def build_policy(spec: SpeculativeConfig, num_slots: int) -> SpeculationPolicy:
         return SchedulePolicy(num_slots, spec)
     if spec.policy == "adaptive":
         pin = spec.verify_strategy not in DRAFT_COUNT_INVARIANT_STRATEGIES
-        # demotion for a draft model's drafts only: a lookup's acceptance changes with the text (_demote)
-        return AdaptivePolicy(num_slots, k_max, pin_sampled=pin, demote_after=2 if spec.method == "mtp" else 0)
+        # demotion and acceptance by anchor for a draft model's drafts only: a lookup's acceptance follows the text
+        # a request has reached (_demote; docs/adaptive.md "Anchors and lookups")
+        mtp = spec.method == "mtp"
+        return AdaptivePolicy(num_slots, k_max, pin_sampled=pin, demote_after=2 if mtp else 0, by_anchor=mtp)
     return FixedPolicy(num_slots, k_max)

@@ -251,20 +251,28 @@ class ModelRunner:
 
     def _choose_draft_lens(self, step: PolicyStep) -> np.ndarray:
         """The policy's k_b -> policy_draft_len (an upload when it changed; no read), then, for a proposer that caps
-        by speculate_update's budget (reads_draft_budget), that budget capped by k_b (docs/spec.md §2.3). MTP caps
-        by policy_draft_len itself: nothing more runs."""
+        by speculate_update's budget (reads_draft_budget), that budget shifted up by a raise of k_b and capped by
+        k_b (docs/spec.md §2.3). MTP caps by policy_draft_len itself: nothing more runs."""
         draft_lens = self.policy.choose(step)
         b, mirror = self._buffers, self.share_inputs["policy_draft_len_cpu"]
-        if not np.array_equal(mirror.numpy(), draft_lens):  # the mirror: what the device holds
+        reads_budget = self.proposer.reads_draft_budget and (not self.policy.steady_k
+                                                             or (draft_lens[step.live] < self.policy.k_max).any())
+        previous, raised = mirror.numpy(), None  # the mirror: what the device holds
+        if not np.array_equal(previous, draft_lens):
+            before = b.policy_draft_len.clone() if reads_budget and (draft_lens > previous).any() else None
             values = draft_lens.astype(np.int32)
             b.policy_draft_len.set_value(values)
             mirror.set_value(values)
-        if self.proposer.reads_draft_budget and (not self.policy.steady_k
-                                                 or (draft_lens[step.live] < self.policy.k_max).any()):
-            # budget := min(budget, k_b); a budget of 0 (the slot was held at k_b = 0) restarts at k_b, as a new
-            # request's does. Under a steady k (fixed) only an override below k_max needs it.
+            if before is not None:
+                raised = paddle.maximum(b.policy_draft_len - before, paddle.zeros_like(before))
+        if reads_budget:
+            # budget := min(budget + raise, k_b), raise = max(k_b - previous k_b, 0): a slot raised from k to k'
+            # drafts about as a worker held at k' would after the same steps (fixed k''s budget runs up to k' - k
+            # above fixed k's: both shrink by 1, grow by 2 to their cap). A budget of 0 (the slot was held at k_b = 0) restarts at k_b, as a new request's does.
+            # Under a steady k (fixed) only an override below k_max needs it.
             budget = b.actual_draft_token_nums
-            paddle.assign(paddle.where(budget > 0, paddle.minimum(budget, b.policy_draft_len), b.policy_draft_len),
+            grown = budget if raised is None else budget + raised
+            paddle.assign(paddle.where(budget > 0, paddle.minimum(grown, b.policy_draft_len), b.policy_draft_len),
                           output=budget)
         return draft_lens
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import paddle
 import pytest
 
@@ -34,16 +35,20 @@ def _requests() -> list[Req]:
 
 def _matmul_linear(x, weight, bias=None):
     """A linear whose bits depend on how many rows share the call, as a BLAS's do: from 8 rows on, the K sum is
-    split in two halves added at the end (oneDNN picks its blocking from the row count; Paddle 3.3's CPU matmul
-    rounded differently below 8 rows than at 8 or more on the machines this test was written on, and not at all on
-    an AMD EPYC with AVX-512, so the control builds the dependence itself). Accepts the float32 weight panels
-    [N / 32, K, 32] of ops.pack_linear_weight as well as [K, N]."""
+    split in two halves added at the end, and each output moves by 4 ulps of its value, up or down by column (a
+    BLAS that reorders its sums rounds each output a few ulps apart, the sign varying). oneDNN picks its blocking
+    from the row count, but Paddle 3.3's CPU matmul rounded differently below 8 rows than at 8 or more only on
+    some machines (not on an AMD EPYC with AVX-512), and on a Xeon of 2026-12-07 the split alone left all 36
+    requests equal; the ulps make the dependence on any CPU. Accepts the float32 weight panels [N / 32, K, 32] of
+    ops.pack_linear_weight as well as [K, N]."""
     if len(weight.shape) == 3:
         panels, k, width = weight.shape
         weight = weight.transpose([1, 0, 2]).reshape([k, panels * width])
     half = weight.shape[0] // 2
     if x.shape[0] >= 8:
         out = paddle.matmul(x[:, :half], weight[:half]) + paddle.matmul(x[:, half:], weight[half:])
+        sign = np.random.default_rng(weight.shape[1]).choice([-1.0, 1.0], weight.shape[1]).astype(np.float32)
+        out = out + out.abs() * paddle.to_tensor(sign, place=out.place) * (4 * 2.0 ** -24)
     else:
         out = paddle.matmul(x, weight)
     return out if bias is None else out + bias

@@ -726,6 +726,40 @@ def test_adaptive_with_only_draftless_slots_chooses_nothing_and_files_only_k0():
     assert policy.costs.count[1] == counts[1]
 
 
+def _lookup_stretches(by_anchor):
+    """One slot, k_max 3, K = 2 current. The worker prior reads 0.55 / 0.67 / 0.67 per position; the steps after a
+    K = 3 step read position 1 at 0.38 (a lookup's K = 3 turns ran in a stretch of new text: SmolLM2's n-gram at one
+    slot); the slot's own counts follow the copied span it is in now (0.8 a position)."""
+    policy = AdaptivePolicy(1, 3, by_anchor=by_anchor)
+    policy.totals[:] = [[200, 120, 90], [110, 80, 60]]
+    policy.k_totals[0, 0, :1], policy.k_totals[1, 0, :1] = 60, 33
+    policy.k_totals[0, 1, :2], policy.k_totals[1, 1, :2] = 60, (33, 26)
+    policy.k_totals[0, 2], policy.k_totals[1, 2] = (34, 13, 9), (13, 8, 6)
+    policy.acceptance = lambda: np.array([[0.8, 0.8, 0.8]])
+    policy.kept_k = 2
+    return policy
+
+
+def test_lookup_acceptance_is_not_read_by_anchor():
+    """A lookup proposer's policy reads every K at the pooled acceptance (by_anchor off; docs/adaptive.md "Anchors
+    and lookups"): in a copied span (slot acceptance 0.8, T(1, 3) 2% above T(1, 2)) it switches up to K = 3, whose
+    rate is 19% above K = 2's. Read by anchor, the low rows of K = 3's turns cut its rate to 6% above K = 2's, and the
+    switch up is doubted: K = 2 stays. build_policy reads by anchor for MTP alone."""
+    live, seconds = np.array([True]), np.array([1.0, 1.05, 1.10, 1.12])
+    pooled, anchored = _lookup_stretches(False), _lookup_stretches(True)
+    rates = pooled.expected_by_k(pooled.acceptance())[0][0] / seconds
+    assert rates[3] > 1.15 * rates[2]
+    assert pooled.best_k(live, seconds)[0] == 3
+    rates = anchored.expected_by_k(anchored.acceptance())[0][0] / seconds
+    assert rates[2] < rates[3] < 1.1 * rates[2]
+    assert anchored.best_k(live, seconds)[0] == 2
+    for method, by_anchor in (("ngram", False), ("suffix", False), ("mtp", True)):
+        spec = dict(method=method, num_speculative_tokens=3, policy="adaptive")
+        if method == "mtp":
+            spec |= dict(model="builtin:tiny-mtp", num_model_steps=3)
+        assert build_policy(SpeculativeConfig(**spec), 4).by_anchor is by_anchor
+
+
 def test_build_policy_resolves_the_config():
     mtp = dict(method="mtp", model="builtin:tiny-mtp", num_speculative_tokens=3, num_model_steps=2)
     assert isinstance(build_policy(SpeculativeConfig(**mtp), 4), FixedPolicy)
