@@ -210,7 +210,7 @@ class AdaptivePolicy(SpeculationPolicy):
                  admit_min_reaches: int = 64, k_prior_weight: float = 8.0,
                  redecide_every: int = 8, redecide_max: int = 32, confidence: float = 1.0, optimism: bool = False,
                  settle_costs: int = 6, probe_after: float = 128, probe_max: float = 2048, probe_hold: int = 4,
-                 warm_reaches: float = 12.0, demote_after: int = 0, by_anchor: bool = True):
+                 warm_reaches: float = 12.0, demote_after: int = 0, by_anchor: bool = True, doubt_reaches: int = 6):
         super().__init__(num_slots, k_max, pin_sampled=pin_sampled)
         # acceptance per k of the step that placed the anchor (prior_by_k); off: the worker prior for every k
         # (lookup proposers, docs/adaptive.md "Anchors and lookups")
@@ -250,6 +250,10 @@ class AdaptivePolicy(SpeculationPolicy):
         self.num_explorations = 0
         # (K, the neighbours of K not ruled out) at the last _neighbours_settled: explorations of K go to those
         self.unsettled: tuple[int, tuple[int, ...]] | None = None
+        # the K above the choice that the last rate decision doubted (_doubtful_switch), explored next for
+        # 1 + ceil(doubt_reaches / B) steps (_exploration)
+        self.doubted: int | None = None
+        self.doubt_reaches = doubt_reaches
         self.explored = False  # a neighbour exploration ended since the last exploitation choice
         # the K exploitation last chose (switching away needs a margin); None before its first choice, which no margin
         # holds back: at one slot on the tiny pair K = 3, kept from the start, read 0.988 of K = 2's rate at the first
@@ -264,6 +268,9 @@ class AdaptivePolicy(SpeculationPolicy):
         self.fresh = np.zeros(num_slots, dtype=bool)  # [N] admitted, no verification of drafts counted yet
         self._first_totals = np.zeros((2, k_max))  # [reaches, successes][K]: worker totals of first verifications
         self._k_totals = np.zeros((2, k_max, k_max))  # [.., k - 1, j]: worker totals of steps after one allowed k
+        # [k - 1, j]: sum over the reaches in _k_totals of the slot's acceptance less the prior, each as known when
+        # counted (prior_by_k: what a k's steps should have accepted, given the slots and stretches they ran in)
+        self._k_shift = np.zeros((k_max, k_max))
         self._queued: list[tuple] = []  # steps observed but not counted yet (_flush)
         self.pending_decay = 1.0  # decay owed by successes / reaches for steps in which no slot drafted
         self.prev_allowed = np.zeros(num_slots, dtype=np.int64)  # [N] k_b of the slot's last verified step (0: none)
@@ -582,9 +589,15 @@ class AdaptivePolicy(SpeculationPolicy):
             self._first_totals += counts[:, first].sum(axis=1)
             counts = counts * ~first[None, :, :, None]
         n, k = counts.shape[2], self.k_max
+        anchors = self._one_hot[:, np.stack(prev).reshape(-1)]  # [K, S * N]
+        if self.by_anchor:  # reaches times the slot's acceptance above the prior, as known before these steps
+            prior = (self._totals[1] + 1.0) / (self._totals[0] + 2.0)
+            m = self.prior_weight
+            above = (self._slot_counts[1] + m * prior) / (self._slot_counts[0] + m) - prior  # [N, K]
+            self._k_shift += anchors @ (counts[0] * above).reshape(-1, k)
         self._totals += counts.sum(axis=(1, 2))
         flat = counts.reshape(2, -1, k)  # [2, S * N, K]
-        self._k_totals += self._one_hot[:, np.stack(prev).reshape(-1)] @ flat  # [K, S * N] @ [2, S * N, K]
+        self._k_totals += anchors @ flat  # [K, S * N] @ [2, S * N, K]
         later = np.cumprod((1.0,) + factors[:0:-1])[::-1]  # [S]: the decay each step's counts get after it
         self._slot_counts *= later[0] * factors[0]
         self._slot_counts += np.tensordot(later, counts, axes=(0, 1)).reshape(2, n, k)
@@ -595,6 +608,7 @@ class AdaptivePolicy(SpeculationPolicy):
     slot_raw = property(lambda self: self._flushed(self._slot_raw))  # [reaches, successes][N, K] not decayed
     totals = property(lambda self: self._flushed(self._totals))  # [reaches, successes][K]: worker totals (the prior)
     k_totals = property(lambda self: self._flushed(self._k_totals))  # [.., k - 1, j]: totals of steps after k
+    k_shift = property(lambda self: self._flushed(self._k_shift))  # [k - 1, j]: the slots' excess, steps after k
     first_totals = property(lambda self: self._flushed(self._first_totals))  # [2, K]: of first verifications
 
     def _flushed(self, counts: np.ndarray) -> np.ndarray:
@@ -631,11 +645,17 @@ class AdaptivePolicy(SpeculationPolicy):
 
     def prior_by_k(self) -> np.ndarray:
         """[K, K] row k - 1: the worker's acceptance per position in steps after a step that allowed k drafts (the
-        steady state of k), shrunk to prior() with weight k_prior_weight (no such step yet: prior())."""
+        steady state of k), read against what those steps' slots accepted at the time: p_j (A_kj + w p_j) /
+        (R_kj p_j + X_kj + w p_j), X_kj (k_shift) the sum over those reaches of the slot's acceptance less the prior,
+        both as known when counted. A k that ran while its slots accepted more (or less) than the prior, a stretch
+        of easy text or a hard prompt, is not credited (or blamed) for it: the ratio to p_j is its own. Shrunk to
+        prior() with weight k_prior_weight (no such step yet: prior()); X = 0 gives (A + w p) / (R + w).
+        docs/adaptive.md, "Acceptance depends on the K that placed the anchor"."""
         if not self.by_anchor:
             return np.tile(self.prior(), (self.k_max, 1))
-        w = self.k_prior_weight
-        return (self.k_totals[1] + w * self.prior()) / (self.k_totals[0] + w)
+        w, p, (reaches, successes) = self.k_prior_weight, self.prior(), self.k_totals
+        expected = reaches * p + self.k_shift  # successes at the acceptance of the slots when they verified
+        return np.minimum(p * (successes + w * p) / (expected + w * p), 1.0)
 
     def acceptance(self) -> np.ndarray:
         """[N, K] conditional acceptance per slot and position (prior-weighted EMA), for no particular k."""
@@ -734,7 +754,7 @@ class AdaptivePolicy(SpeculationPolicy):
             # change on the way there, and so the signature a kept decision needs (_kept_choice)
             self.held, self.probe_k = (self.probe_k, self.probe_hold), None
         if self.held is None:
-            self.held = self._exploration(ready)
+            self.held = self._exploration(ready, int(live.sum()))
         if self.held is not None:
             self.decision = None  # decide afresh after the exploration
             k, left = self.held
@@ -792,8 +812,12 @@ class AdaptivePolicy(SpeculationPolicy):
         """([K + 1] T, [K + 1] V) seconds of next step for K = 0..k_max at B = the live slots."""
         return self.costs.predict(int(live.sum()), self.k_max)
 
-    def _exploration(self, ready: bool) -> tuple[int, int] | None:
-        """(K, hold) to explore now, or None."""
+    def _exploration(self, ready: bool, num_live: int) -> tuple[int, int] | None:
+        """(K, hold) to explore now, or None. A K above the current one that the last decision doubted
+        (_doubtful_switch) is the one explored, for 1 + ceil(doubt_reaches / B) steps: its anchored evidence is what
+        the doubt lacks, and a 2-step hold brings one anchored verification a slot (at one slot on SmolLM2's MTP head
+        K = 1, chosen on a prompt of low acceptance, held through two later prompts where fixed k = 3 ran 1.2x its
+        rate: 0.90 of it)."""
         if not ready and self.profiled:  # the K >= 1 whose steps anchored the fewest verifications, smallest first
             return 1 + int(np.argmin(self._warm_counts())), self.hold
         if not ready:  # the K with the fewest steady observations, smallest first
@@ -802,6 +826,9 @@ class AdaptivePolicy(SpeculationPolicy):
         if self.num_choices - self.last_explored >= self.explore_interval:  # a neighbour, alternately above and below
             self.last_explored, self.explored = self.num_choices, True
             self.num_explorations += 1
+            if self.doubted is not None:
+                k, self.doubted = self.doubted, None
+                return k, 1 + -(-self.doubt_reaches // max(num_live, 1))
             side = 1 if self.num_explorations % 2 else -1
             k = self.last_k + side if 0 <= self.last_k + side <= self.k_max else self.last_k - side
             if self.unsettled is not None and self.unsettled[0] == self.last_k and len(self.unsettled[1]) == 1:
@@ -956,10 +983,12 @@ class AdaptivePolicy(SpeculationPolicy):
         best = int(np.argmax(rates))  # ties go to the smaller K
         # within the margin of the current K (measurement noise, KV refill), or a K above it that wins only on thin
         # evidence: stay
-        if self.kept_k is not None and best != self.kept_k and (
-                rates[best] < (1 + self.switch_margin) * rates[self.kept_k]
-                or (best > self.kept_k and self._doubtful_switch(best, rows, k_b, seconds, rates[self.kept_k]))):
-            best = self.kept_k
+        self.doubted = None
+        if self.kept_k is not None and best != self.kept_k:
+            if rates[best] < (1 + self.switch_margin) * rates[self.kept_k]:
+                best = self.kept_k
+            elif best > self.kept_k and self._doubtful_switch(best, rows, k_b, seconds, rates[self.kept_k]):
+                best, self.doubted = self.kept_k, best
         self._settle(best, live, None if self.optimism else gain, seconds)
         k_b = np.minimum(best, self.cap)
         drafts = int(k_b[rows].sum())

@@ -219,7 +219,7 @@ def test_adaptive_explores_only_the_neighbour_not_ruled_out():
         policy.unsettled, policy.last_k, out = unsettled, last_k, []
         for _ in range(2):
             policy.last_explored = policy.num_choices - policy.explore_interval  # an exploration is due
-            out.append(policy._exploration(True)[0])
+            out.append(policy._exploration(True, 1)[0])
         return out
 
     policy.num_explorations = 0

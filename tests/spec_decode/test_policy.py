@@ -726,6 +726,68 @@ def test_adaptive_with_only_draftless_slots_chooses_nothing_and_files_only_k0():
     assert policy.costs.count[1] == counts[1]
 
 
+def _stretches_of_text(seed=5, flush_every=4):
+    """One slot, k_max 2, requests in turn: four on moderate text (acceptance 0.7) alternating K = 1 and 2, then
+    K = 2 on a hard prompt (0.35), then K = 1 on two easy ones (0.9): as SmolLM2's MTP head at one slot chose K = 1
+    on a prompt it found hard and then ran it through easy ones. Counts are flushed every `flush_every` steps, as
+    decisions read them."""
+    policy = AdaptivePolicy(1, 2)
+    rng = np.random.default_rng(seed)
+    steps = 0
+    for k, accept, n in [(1, 0.7, 24), (2, 0.7, 24)] * 2 + [(2, 0.35, 40), (1, 0.9, 40), (1, 0.9, 40)]:
+        policy.on_insert(0, _request())
+        for _ in range(n):
+            emitted = 1 + int(np.cumprod(rng.random(k) < accept).sum())
+            policy.allowed[:] = k
+            policy.observe(_step([True], drafted=[k], emitted=[emitted]))
+            steps += 1
+            if steps % flush_every == 0:
+                policy.totals  # noqa: B018 (a read flushes the queued steps)
+        policy.on_clear(0)
+    policy.acceptance = lambda: np.array([[0.85, 0.8]])  # the slot now
+    policy.kept_k = 1
+    return policy
+
+
+def test_adaptive_reads_a_k_against_the_stretch_it_ran_in():
+    """The rows by anchoring k are read against what the slots accepted when those steps ran (prior_by_k's
+    k_shift): K = 2's steps on the hard prompt accepted about what that prompt's slot did, so K = 2 is not blamed for
+    the prompt, and at T(1, 2) / T(1, 1) = 1.14 it beats K = 1 by 12% at the slot's acceptance now. Without the
+    shift (the rows read against the pooled prior) K = 2 reads position 1 at 0.60 against K = 1's 0.79, within the
+    margin of K = 1: K = 1 stays (0.90 of fixed k = 3 over the bench's last prompts)."""
+    live, seconds = np.array([True]), np.array([1.0, 1.1, 1.25])
+    policy = _stretches_of_text()
+    assert policy.k_shift[1, 0] < -2 < 2 < policy.k_shift[0, 0]  # K = 2 ran where the slot accepted less
+    by_k = policy.prior_by_k()
+    assert abs(by_k[1, 0] - by_k[0, 0]) < 0.1
+    rates = policy.expected_by_k(policy.acceptance())[0][0] / seconds
+    assert rates[2] > 1.1 * rates[1]
+    assert policy.best_k(live, seconds)[0] == 2
+    policy._k_shift[:] = 0.0  # the rows against the pooled prior alone
+    policy.kept_k = 1
+    by_k = policy.prior_by_k()
+    assert by_k[1, 0] < 0.65 < 0.75 < by_k[0, 0]
+    assert policy.best_k(live, seconds)[0] == 1
+
+
+def test_adaptive_explores_a_doubted_k_long_enough_to_settle_the_doubt():
+    """A switch up that the doubt held back (_doubtful_switch) sends the next exploration to that K, for
+    1 + ceil(doubt_reaches / B) steps (7 at one slot, 3 at four): its anchored evidence is what the doubt lacks. Once
+    used, the next exploration is a neighbour's again."""
+    live, seconds = np.array([True]), np.array([1.0, 1.1, 1.2, 1.45])
+    for num_live, hold in ((1, 7), (4, 3)):
+        thin = _thin_k3(4, (1.0, 1.0, 1.0))
+        thin.kept_k = thin.last_k = 2
+        assert thin.best_k(live, seconds)[0] == 2 and thin.doubted == 3
+        thin.num_choices = thin.explore_interval  # an exploration is due
+        assert thin._exploration(True, num_live) == (3, hold)
+        thin.num_choices += thin.explore_interval
+        assert thin._exploration(True, num_live) == (1, thin.hold)  # below, in turn
+    ample = _thin_k3(4000, (0.9328, 0.8662, 0.7320))
+    ample.kept_k = 2
+    assert ample.best_k(live, seconds)[0] == 3 and ample.doubted is None
+
+
 def _lookup_stretches(by_anchor):
     """One slot, k_max 3, K = 2 current. The worker prior reads 0.55 / 0.67 / 0.67 per position; the steps after a
     K = 3 step read position 1 at 0.38 (a lookup's K = 3 turns ran in a stretch of new text: SmolLM2's n-gram at one
