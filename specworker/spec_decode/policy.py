@@ -815,9 +815,8 @@ class AdaptivePolicy(SpeculationPolicy):
     def _exploration(self, ready: bool, num_live: int) -> tuple[int, int] | None:
         """(K, hold) to explore now, or None. A K above the current one that the last decision doubted
         (_doubtful_switch) is the one explored, for 1 + ceil(doubt_reaches / B) steps: its anchored evidence is what
-        the doubt lacks, and a 2-step hold brings one anchored verification a slot (at one slot on SmolLM2's MTP head
-        K = 1, chosen on a prompt of low acceptance, held through two later prompts where fixed k = 3 ran 1.2x its
-        rate: 0.90 of it)."""
+        the doubt lacks, and a 2-step hold brings one anchored verification a slot (docs/adaptive.md, "A doubted K is
+        explored next, longer")."""
         if not ready and self.profiled:  # the K >= 1 whose steps anchored the fewest verifications, smallest first
             return 1 + int(np.argmin(self._warm_counts())), self.hold
         if not ready:  # the K with the fewest steady observations, smallest first

@@ -268,8 +268,9 @@ class ModelRunner:
         if reads_budget:
             # budget := min(budget + raise, k_b), raise = max(k_b - previous k_b, 0): a slot raised from k to k'
             # drafts about as a worker held at k' would after the same steps (fixed k''s budget runs up to k' - k
-            # above fixed k's: both shrink by 1, grow by 2 to their cap). A budget of 0 (the slot was held at k_b = 0) restarts at k_b, as a new request's does.
-            # Under a steady k (fixed) only an override below k_max needs it.
+            # above fixed k's: both shrink by 1, grow by 2 to their cap). A budget of 0 (the slot was held at
+            # k_b = 0) restarts at k_b, as a new request's does. Under a steady k (fixed) only an override below
+            # k_max needs it.
             budget = b.actual_draft_token_nums
             grown = budget if raised is None else budget + raised
             paddle.assign(paddle.where(budget > 0, paddle.minimum(grown, b.policy_draft_len), b.policy_draft_len),
