@@ -69,6 +69,17 @@ def expected_excess(mean: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, np.nd
             np.where(known, cdf, (mean > 0).astype(np.float64)))
 
 
+def _laplace(totals: np.ndarray) -> np.ndarray:
+    """[K] Laplace-smoothed acceptance per position of [reaches, successes][K] totals (the worker prior)."""
+    return (totals[1] + 1.0) / (totals[0] + 2.0)
+
+
+def _shrunk(counts: np.ndarray, prior: np.ndarray, weight: float, decay: float = 1.0) -> np.ndarray:
+    """[N, K] per-slot acceptance of [reaches, successes][N, K] counts (scaled by decay), shrunk to prior with
+    `weight` pseudo-reaches."""
+    return (decay * counts[1] + weight * prior) / (decay * counts[0] + weight)
+
+
 @functools.lru_cache(maxsize=64)
 def _drain_grid(size: int) -> np.ndarray:
     """The batch sizes drain_seconds predicts T at for a batch of `size`: 1, 1.4, 2, 2.8, ..., size rounded
@@ -591,9 +602,8 @@ class AdaptivePolicy(SpeculationPolicy):
         n, k = counts.shape[2], self.k_max
         anchors = self._one_hot[:, np.stack(prev).reshape(-1)]  # [K, S * N]
         if self.by_anchor:  # reaches times the slot's acceptance above the prior, as known before these steps
-            prior = (self._totals[1] + 1.0) / (self._totals[0] + 2.0)
-            m = self.prior_weight
-            above = (self._slot_counts[1] + m * prior) / (self._slot_counts[0] + m) - prior  # [N, K]
+            prior = _laplace(self._totals)
+            above = _shrunk(self._slot_counts, prior, self.prior_weight) - prior  # [N, K]
             self._k_shift += anchors @ (counts[0] * above).reshape(-1, k)
         self._totals += counts.sum(axis=(1, 2))
         flat = counts.reshape(2, -1, k)  # [2, S * N, K]
@@ -641,7 +651,7 @@ class AdaptivePolicy(SpeculationPolicy):
 
     def prior(self) -> np.ndarray:
         """[K] the worker's Laplace-smoothed acceptance per position (totals, not decayed)."""
-        return (self.totals[1] + 1.0) / (self.totals[0] + 2.0)
+        return _laplace(self.totals)
 
     def prior_by_k(self) -> np.ndarray:
         """[K, K] row k - 1: the worker's acceptance per position in steps after a step that allowed k drafts (the
@@ -659,8 +669,7 @@ class AdaptivePolicy(SpeculationPolicy):
 
     def acceptance(self) -> np.ndarray:
         """[N, K] conditional acceptance per slot and position (prior-weighted EMA), for no particular k."""
-        m, d = self.prior_weight, self.pending_decay
-        return (d * self.slot_counts[1] + m * self.prior()) / (d * self.slot_counts[0] + m)
+        return _shrunk(self.slot_counts, self.prior(), self.prior_weight, self.pending_decay)
 
     def optimistic_prior_by_k(self) -> np.ndarray:
         """[K, K] prior_by_k raised by `confidence` standard errors (its k_totals reaches plus the k_prior_weight

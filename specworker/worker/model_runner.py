@@ -264,7 +264,7 @@ class ModelRunner:
             b.policy_draft_len.set_value(values)
             mirror.set_value(values)
             if before is not None:
-                raised = paddle.maximum(b.policy_draft_len - before, paddle.zeros_like(before))
+                raised = (b.policy_draft_len - before).clip(min=0)
         if reads_budget:
             # budget := min(budget + raise, k_b), raise = max(k_b - previous k_b, 0): a slot raised from k to k'
             # drafts about as a worker held at k' would after the same steps (fixed k''s budget runs up to k' - k
