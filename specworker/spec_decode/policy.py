@@ -198,8 +198,9 @@ class AdaptivePolicy(SpeculationPolicy):
     decode steps, an interval that
     doubles (up to `explore_max`) each time the exploration leaves the choice as it was (once the worker totals hold
     `admit_min_reaches` verifications of draft position 1, and each neighbour has `settle_costs` steady cost
-    observations and a rate at its optimistic acceptance, `confidence` standard errors up, below the choice's) and
-    returns to `explore_every` when the choice changes.
+    observations and a rate at its optimistic acceptance, `confidence` standard errors up, below the choice's, or
+    the last `confirm_explorations` explorations in a row left the choice as it was) and returns to `explore_every`
+    when the choice changes.
     The chosen K changes only when another K's rate beats it by more than `switch_margin`, a K above it also at its
     pessimistic acceptance (_doubtful_switch; rate objective) (`optimism`: the choice
     reads the optimistic acceptance too; off by default).
@@ -221,7 +222,8 @@ class AdaptivePolicy(SpeculationPolicy):
                  admit_min_reaches: int = 64, k_prior_weight: float = 8.0,
                  redecide_every: int = 8, redecide_max: int = 32, confidence: float = 1.0, optimism: bool = False,
                  settle_costs: int = 6, probe_after: float = 128, probe_max: float = 2048, probe_hold: int = 4,
-                 warm_reaches: float = 12.0, demote_after: int = 0, by_anchor: bool = True, doubt_reaches: int = 6):
+                 warm_reaches: float = 12.0, demote_after: int = 0, by_anchor: bool = True, doubt_reaches: int = 6,
+                 confirm_explorations: int = 3, counts_fill: bool = True):
         super().__init__(num_slots, k_max, pin_sampled=pin_sampled)
         # acceptance per k of the step that placed the anchor (prior_by_k); off: the worker prior for every k
         # (lookup proposers, docs/adaptive.md "Anchors and lookups")
@@ -241,6 +243,9 @@ class AdaptivePolicy(SpeculationPolicy):
         self.clock = 0  # steps observed
         self.k_cost_at: dict[int, int] = {}  # B -> the clock of the last K >= 1 cost filed at B
         self.settle_costs = settle_costs  # steady cost observations a neighbour needs before explorations back off
+        # explorations in a row that left the choice as it was, and how many of them back the interval off even where a
+        # neighbour's optimistic rate stays above the choice's (_settle)
+        self.confirmations, self.confirm_explorations = 0, confirm_explorations
         self.confidence = confidence  # standard errors of optimism on the per-k acceptance (optimistic_prior_by_k)
         self.optimism = optimism  # the choice itself reads the optimistic acceptance (else only the back-off does)
         self.redecide_every = redecide_every  # steps a decision is kept while the live slots and caps stay the same
@@ -300,6 +305,9 @@ class AdaptivePolicy(SpeculationPolicy):
         # profiled: verifications each K >= 1 must anchor before the first exploitation choice (_acceptance_warm)
         self.warm_reaches, self._warm = warm_reaches, False
         self._fill = np.zeros((2, k_max))  # [offered, fed][j]: steps allowed draft j, and those that fed it
+        # whether the proposer may feed fewer drafts than allowed (a lookup; MTP with_ngram's n-gram part): else every
+        # step feeds what it is allowed, the fill stays 1, and _flush skips counting it (~90 us a flush in a worker)
+        self.counts_fill = counts_fill
         # [2, K] (reaches, successes) of recent finished requests over their whole life (population_spread)
         self.profiles: list[np.ndarray] = []
         self.profile_window, self.profile_min_reaches = 128, 3.0
@@ -565,8 +573,9 @@ class AdaptivePolicy(SpeculationPolicy):
         prev, self.prev_allowed = self.prev_allowed, allowed * (emitted > 0)  # k_b of the slots verified, else 0
         first = self.fresh & (self.prev_allowed > 0)  # a fresh slot's first verification: counted apart (_flush)
         self.fresh ^= first
+        fill = self.profiled and self.counts_fill
         self._queued.append((allowed, emitted, prev, self.pending_decay * self.decay, first,
-                             step.drafted.copy() if self.profiled else None))  # drafted: for the fill only
+                             step.drafted.copy() if fill else None))  # drafted: for the fill only
         self.pending_decay = 1.0
         self._observe_cost(step)
 
@@ -592,7 +601,7 @@ class AdaptivePolicy(SpeculationPolicy):
             return
         allowed, emitted, prev, factors, first, drafted = zip(*self._queued)
         self._queued.clear()
-        if self.profiled:
+        if self.profiled and self.counts_fill:
             self._count_fill(np.stack(allowed), np.stack(emitted), np.stack(drafted))
         counts = self._count_table[:, np.stack(allowed), np.stack(emitted)]  # [2, S, N, K]: 0 where emitted 0
         first = np.stack(first)  # [S, N]
@@ -969,12 +978,22 @@ class AdaptivePolicy(SpeculationPolicy):
         changed; doubled when an exploration just confirmed it, once the acceptance rests on evidence (a choice of
         K = 0 made on a few early verifications gathers none but in explorations; at batch 1 an exploration of
         K - 1 brings 2 verifications anchored by it, and its acceptance can differ from K's) and each neighbour's
-        optimistic rate at T(B, K) is below the choice's. seconds: T(B, K) (default: predicted at the live B)."""
+        optimistic rate at T(B, K) is below the choice's, or once `confirm_explorations` explorations in a row left
+        the choice as it was (the neighbours' costs on `settle_costs` observations). seconds: T(B, K) (default:
+        predicted at the live B)."""
         if self.kept_k is not None and best != self.kept_k:
             self.explore_interval = self.explore_every
+            self.confirmations = 0
         elif self.explored and self.total_reaches[0] >= self.admit_min_reaches:
+            self.confirmations += 1
             seconds = self.predicted_costs(live)[0] if seconds is None else seconds
-            if self._neighbours_settled(best, np.flatnonzero(live), seconds, gain):
+            settled = self._neighbours_settled(best, np.flatnonzero(live), seconds, gain)
+            # a neighbour whose explorations keep leaving the choice as it was, its cost on evidence, is explored less
+            # often even where its optimistic rate stays above: its anchored rows come from 2-step turns, whose anchors
+            # still fall where the choice's steps left them (docs/adaptive.md, "Explorations that keep confirming")
+            confirmed = (self.confirmations >= self.confirm_explorations
+                         and all(self.costs.count.get(n, 0) >= self.settle_costs for n in self.unsettled[1]))
+            if settled or confirmed:
                 self.explore_interval = min(2 * self.explore_interval, self.explore_max)
         self.explored = False
         self.kept_k = best
@@ -1034,5 +1053,7 @@ def build_policy(spec: SpeculativeConfig, num_slots: int) -> SpeculationPolicy:
         # demotion and acceptance by anchor for a draft model's drafts only: a lookup's acceptance follows the text
         # a request has reached (_demote; docs/adaptive.md "Anchors and lookups")
         mtp = spec.method == "mtp"
-        return AdaptivePolicy(num_slots, k_max, pin_sampled=pin, demote_after=2 if mtp else 0, by_anchor=mtp)
+        # an MTP chain feeds every draft it is allowed; a lookup (n-gram, suffix, MTP with_ngram's n-gram part) may not
+        return AdaptivePolicy(num_slots, k_max, pin_sampled=pin, demote_after=2 if mtp else 0, by_anchor=mtp,
+                              counts_fill=not mtp or spec.with_ngram)
     return FixedPolicy(num_slots, k_max)

@@ -133,6 +133,29 @@ def test_adaptive_keeps_exploring_a_neighbour_whose_cost_rests_on_few_steps():
         assert (policy.explore_interval == 2 * policy.explore_every) == backed_off, (counts, policy.explore_interval)
 
 
+def test_adaptive_backs_off_a_neighbour_whose_explorations_keep_confirming_the_choice():
+    """The unsettled case above (K = 2 at 20 ms: its optimistic rate above K = 1's) backs off once
+    `confirm_explorations` (3) explorations in a row left K = 1 chosen, and doubles at each confirming one after that:
+    2-step turns anchor K = 2's rows where K = 1's steps left the text, so more of them need not narrow its bound (the
+    tiny pair at 4 slots explored K = 3 every 32 steps through a bench). A changed choice starts the count again; so
+    does nothing while a neighbour's cost rests on fewer than `settle_costs` steady observations."""
+    seconds = np.array([10e-3, 14e-3, 20e-3])
+    for counts, expected in (((6, 20, 6), [1, 1, 2, 4, 8]), ((6, 20, 5), [1, 1, 1, 1, 1])):
+        policy = _thin_k2(4)
+        policy.costs.count.update(enumerate(counts))
+        policy.kept_k, policy.switch_margin = 1, 1.0  # hold K = 1: the back-off alone is tested
+        intervals = []
+        for _ in expected:
+            policy.explored = True  # an exploration ended since the last choice
+            best, _ = policy.best_k(np.array([True]), seconds)
+            assert best == 1 and policy.unsettled == (1, (2,))
+            intervals.append(policy.explore_interval // policy.explore_every)
+        assert intervals == expected, (counts, intervals)
+    policy.kept_k, policy.switch_margin = 2, 0.02  # the choice changes (K = 2 to K = 1, 7% ahead): the count restarts
+    best, _ = policy.best_k(np.array([True]), seconds)
+    assert best == 1 and policy.explore_interval == policy.explore_every and policy.confirmations == 0
+
+
 def test_adaptive_trims_slots_with_poor_acceptance():
     # Slot 0 accepts almost always, slot 1 almost never. K = 2 is best for the batch (2.85 + 1.02 tokens in 13 ms
     # against 2 in 10 ms); an average draft costs (13 - 10) / 4 ms, which slot 1's drafts (P = 0.02) do not pay
@@ -831,14 +854,15 @@ def test_build_policy_resolves_the_config():
 
 def test_adaptive_counts_queued_steps_as_if_counted_at_once():
     """observe queues a step's rows and counts them when an estimate is read or a slot moves: over random steps
-    (paused slots, k_b = 0 steps, lookups drafting fewer than allowed) with swaps, moves and clears between them,
-    every read equals counting each step when it happened, by a plain loop over slots and positions."""
+    (paused slots, k_b = 0 steps, lookups drafting fewer than allowed) with swaps, moves, clears and inserts between
+    them, every read equals counting each step when it happened, by a plain loop over slots and positions (a newly
+    inserted request's first verification of drafts in first_totals alone)."""
     rng = np.random.default_rng(7)
     n, k = 5, 3
     policy = AdaptivePolicy(n, k)
     reach, success = np.zeros((n, k)), np.zeros((n, k))
-    totals, k_totals = np.zeros((2, k)), np.zeros((2, k, k))
-    prev, pending = np.zeros(n, dtype=np.int64), 1.0
+    totals, k_totals, first_totals = np.zeros((2, k)), np.zeros((2, k, k)), np.zeros((2, k))
+    prev, pending, fresh = np.zeros(n, dtype=np.int64), 1.0, np.zeros(n, dtype=bool)
     for _ in range(300):
         allowed = rng.integers(0, k + 1, n) * (rng.random() < 0.8)
         drafted = np.minimum(allowed, rng.integers(0, k + 1, n))
@@ -846,17 +870,24 @@ def test_adaptive_counts_queued_steps_as_if_counted_at_once():
         policy.allowed = allowed.copy()
         policy.observe(_step([True] * n, drafted=drafted, emitted=emitted))
         counted = False
+        step_counts = np.array([[[j < min(min(max(allowed[b], drafted[b]), k), emitted[b] - i) for j in range(k)]
+                                 for b in range(n)] for i in (0, 1)], dtype=float)
         for b in range(n):  # the reference: each step counted at once
             a = min(max(allowed[b], drafted[b]), k)
+            first = fresh[b] and a > 0 and emitted[b] > 0
+            fresh[b] &= not first
             for j in range(k):
                 hit = [j < min(a, emitted[b]), j < min(a, emitted[b] - 1)]
                 if hit[0]:
                     counted = True
+                    if first:
+                        first_totals[:, j] += hit
+                        continue
                     totals[:, j] += hit
                     if prev[b] > 0:
                         k_totals[:, prev[b] - 1, j] += hit
-        step_counts = np.array([[[j < min(min(max(allowed[b], drafted[b]), k), emitted[b] - i) for j in range(k)]
-                                 for b in range(n)] for i in (0, 1)], dtype=float)
+            if first:
+                step_counts[:, b] = 0.0
         if counted:
             reach[:], success[:] = reach * pending * policy.decay + step_counts[0], success * pending * policy.decay \
                 + step_counts[1]
@@ -868,16 +899,20 @@ def test_adaptive_counts_queued_steps_as_if_counted_at_once():
         i, j = rng.choice(n, 2, replace=False)
         if move < 0.1:
             policy.on_swap(i, j)
-            for a in (reach, success, prev):
+            for a in (reach, success, prev, fresh):
                 a[[i, j]] = a[[j, i]]
         elif move < 0.15:
             policy.on_move(i, j)
-            for a in (reach, success, prev):
+            for a in (reach, success, prev, fresh):
                 a[j] = a[i]
                 a[i] = 0
         elif move < 0.2:
             policy.on_clear(i)
+            reach[i] = success[i] = prev[i] = fresh[i] = 0
+        elif move < 0.25:
+            policy.on_insert(i, _request())
             reach[i] = success[i] = prev[i] = 0
+            fresh[i] = True
         if rng.random() < 0.3:  # a read: every view equal to the reference
             d = policy.pending_decay / pending
             np.testing.assert_allclose(policy.reaches * d, reach, rtol=1e-9, atol=1e-12)
@@ -885,6 +920,8 @@ def test_adaptive_counts_queued_steps_as_if_counted_at_once():
             np.testing.assert_array_equal(policy.totals, totals)
             np.testing.assert_array_equal(policy.k_totals, k_totals)
             np.testing.assert_array_equal(policy.prev_allowed, prev)
+            np.testing.assert_array_equal(policy.first_totals, first_totals)
+            np.testing.assert_array_equal(policy.fresh, fresh)
 
 
 def test_adaptive_records_finished_requests_and_their_spread_slows_a_drafted_drain():
