@@ -953,19 +953,27 @@ def test_adaptive_records_finished_requests_and_their_spread_slows_a_drafted_dra
 @pytest.mark.parametrize("seed", range(6))
 def test_adaptive_kept_decisions_repeat_what_the_full_choice_gives(seed):
     """_kept_choice (a step that keeps the current decision returns its output without the ~20 numpy calls of the
-    full path) changes nothing: over random steps (live slots changing, caps set, swaps, drains, explorations) the
-    policy chooses exactly as one whose shortcut is off, and keeps the same state; and the shortcut is taken."""
+    full path) and the memo of _no_draft_choice (the last signature's answer) change nothing: over random steps (live
+    slots changing, caps set, stretches where no slot may draft, swaps, drains, explorations) the policy chooses
+    exactly as one whose shortcut and memo are off, and keeps the same state; and both shortcuts are taken."""
     rng = np.random.default_rng(seed)
     n, k_max = int(rng.integers(1, 9)), int(rng.integers(1, 4))
     fast, full = AdaptivePolicy(n, k_max), AdaptivePolicy(n, k_max)
     full._kept_choice = lambda signature: None
-    taken = []
-    shortcut = fast._kept_choice
+    fresh_check = full._no_draft_choice
+    full._no_draft_choice = lambda signature, live: (setattr(full, "_no_drafts", None), fresh_check(signature, live))[1]
+    taken, nothing = [], []
+    shortcut, memo = fast._kept_choice, fast._no_draft_choice
     fast._kept_choice = lambda signature: (taken.append(shortcut(signature)), taken[-1])[1]
+    fast._no_draft_choice = lambda signature, live: (nothing.append(memo(signature, live)), nothing[-1])[1]
     live = np.ones(n, dtype=bool)
     for _ in range(400):
         if rng.random() < 0.05:
             live = rng.random(n) < 0.8
+        if rng.random() < 0.03:  # a stretch where no slot may draft (overrides of 0), or its end
+            zeros = not fast.cap.any()
+            for policy in (fast, full):
+                policy.cap[:] = k_max if zeros else 0
         changes = (rng.random() < 0.02, int(rng.integers(n)), int(rng.integers(k_max + 1)), rng.random() < 0.02)
         emitted_draws = rng.integers(1, k_max + 2, n)
         seconds = 0.005 + 1e-4 * rng.random()
@@ -990,6 +998,7 @@ def test_adaptive_kept_decisions_repeat_what_the_full_choice_gives(seed):
             assert fast.decision[1:3] == full.decision[1:3]
             np.testing.assert_array_equal(fast.decision[3], full.decision[3])
     assert sum(out is not None for out in taken) > 100
+    assert sum(out is not None for out in nothing) > 10
 
 
 def test_adaptive_keeps_a_repeated_decision_longer():
