@@ -908,7 +908,7 @@ class AdaptivePolicy(SpeculationPolicy):
         the tiny pair at one slot K = 1's bound is 20% below K = 2's rate while K = 3's stays within reach, and every
         other exploration of K = 1 cost 20% of two steps' tokens)."""
         neighbours = [n for n in (k - 1, k + 1) if 0 <= n <= self.k_max]
-        open_ = [n for n in neighbours if self.costs.count.get(n, 0) < self.settle_costs]
+        open_ = [n for n in neighbours if not self._cost_settled(n)]
         if len(open_) < len(neighbours):
             acceptance = self.acceptance()
             if point is None:
@@ -918,6 +918,10 @@ class AdaptivePolicy(SpeculationPolicy):
             open_ += [n for n in neighbours if n not in open_ and rate(bound, n) >= rate(point, k)]
         self.unsettled = (k, tuple(sorted(open_)))
         return not open_
+
+    def _cost_settled(self, k: int) -> bool:
+        """Whether K = k's cost rests on `settle_costs` steady observations (a profile's always does)."""
+        return self.costs.count.get(k, 0) >= self.settle_costs
 
     def drain_seconds(self, live: np.ndarray, remaining: np.ndarray, by_k: np.ndarray | None = None) -> np.ndarray:
         """[K + 1] predicted seconds until every live slot has emitted its remaining tokens, the batch drafting with
@@ -1009,7 +1013,7 @@ class AdaptivePolicy(SpeculationPolicy):
             # often even where its optimistic rate stays above: its anchored rows come from 2-step turns, whose anchors
             # still fall where the choice's steps left them (docs/adaptive.md, "Explorations that keep confirming")
             confirmed = (self.confirmations >= self.confirm_explorations
-                         and all(self.costs.count.get(n, 0) >= self.settle_costs for n in self.unsettled[1]))
+                         and all(self._cost_settled(n) for n in self.unsettled[1]))
             if settled or confirmed:
                 self.explore_interval = min(2 * self.explore_interval, self.explore_max)
         self.explored = False
