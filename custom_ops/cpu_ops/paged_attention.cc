@@ -16,7 +16,9 @@
 // prefill (Dec > 0, many tokens), decode (1 token) and speculative verify (k + 1 tokens) works.
 // Batch invariance: out[t, h] is one loop over keys 0..p in order, in float64 (dot products over
 // head_dim in order, the max, the exp sum and the weighted value sum in key order), rounded once
-// to q's dtype; nothing in it depends on other rows or slots, on T or on the block numbering.
+// to q's dtype; nothing in it depends on other rows or slots, on T or on the block numbering. The
+// CPU kernel shares the (token, head) rows among the pool's threads (kernels/thread_pool.h) and
+// computes four keys' dot products side by side, each still in head_dim order: the same bits.
 // Errors: every index is checked before anything is written (an error leaves the caches as they
 // were) and raises naming the field, the slot and the value. The CUDA kernel cannot raise without
 // a host sync: it skips the cache write of a row whose own position is out of range and writes a
@@ -26,6 +28,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/thread_pool.h"
 #include "op_checks.h"
 
 #ifdef SPECWORKER_WITH_CUDA
@@ -158,62 +161,166 @@ void CheckIndicesCPU(const Dims& d, const int32_t* tables, const int32_t* cu, co
 }
 
 template <typename T>
+struct AttendJob {
+  const Dims* d;
+  const T* q;
+  const T* key_cache;
+  const T* value_cache;
+  const int32_t* tables;
+  const int32_t* cu;
+  const int32_t* dec;
+  const int32_t* batch_ids;
+  double scale;
+  T* out;
+  int64_t rows;     // (token, kv head) pairs to compute: T * num_kv_heads
+  int64_t units;    // unit u computes rows u, u + units, u + 2 units, ...
+  int64_t stride;   // scores per query head in the scratch: the most keys a row reads
+  int64_t scratch;  // doubles per unit: group x stride scores, group x head_dim accumulators, group sums
+  double* buffer;   // units * scratch doubles
+};
+
+// Element offset of (position p, kv head h) in slot b's cache.
+inline int64_t CacheAt(const Dims& d, const int32_t* tables, int64_t b, int64_t p, int64_t h) {
+  const int64_t block = tables[b * d.max_blocks + p / d.block_size];
+  return ((block * d.num_kv_heads + h) * d.block_size + p % d.block_size) * d.head_dim;
+}
+
+constexpr int64_t kKeys = 4;  // keys read together
+
+// out[t, h] for token t and the query heads h of kv head g. Every value is computed as the contract above
+// says: each dot product over head_dim in order, then per head the max, the exp sum and the weighted value
+// sum in key order. The speed comes from the loop order alone: kKeys keys are read once for every head of
+// the group, their dot products run side by side (independent chains, each in head_dim order), and each
+// acc[x] takes kKeys keys' terms one after the other, in key order, from a register. The bits are those of
+// one head and one key at a time.
+template <typename T>
+void AttendRow(const AttendJob<T>& j, int64_t t, int64_t g, double* scores, double* acc, double* sums) {
+  const Dims& d = *j.d;
+  const int64_t D = d.head_dim;
+  const int64_t group = d.num_heads / d.num_kv_heads;
+  const int64_t b = j.batch_ids[t];
+  const int64_t n = j.dec[b] + (t - j.cu[b]) + 1;  // keys 0..p
+  const T* q0 = j.q + (t * d.num_heads + g * group) * D;  // the group's query rows, one after the other
+  const T* kv[kKeys];
+  int64_t key = 0;
+  for (; key + kKeys <= n; key += kKeys) {
+    for (int64_t i = 0; i < kKeys; ++i) kv[i] = j.key_cache + CacheAt(d, j.tables, b, key + i, g);
+    for (int64_t hh = 0; hh < group; ++hh) {
+      const T* qh = q0 + hh * D;
+      double dot[kKeys] = {};
+      for (int64_t x = 0; x < D; ++x) {
+        const double qx = static_cast<double>(static_cast<float>(qh[x]));
+        for (int64_t i = 0; i < kKeys; ++i) dot[i] += qx * static_cast<float>(kv[i][x]);
+      }
+      for (int64_t i = 0; i < kKeys; ++i) scores[hh * j.stride + key + i] = dot[i] * j.scale;
+    }
+  }
+  for (; key < n; ++key) {
+    const T* kj = j.key_cache + CacheAt(d, j.tables, b, key, g);
+    for (int64_t hh = 0; hh < group; ++hh) {
+      const T* qh = q0 + hh * D;
+      double dot = 0.0;
+      for (int64_t x = 0; x < D; ++x) {
+        dot += static_cast<double>(static_cast<float>(qh[x])) * static_cast<float>(kj[x]);
+      }
+      scores[hh * j.stride + key] = dot * j.scale;
+    }
+  }
+  // per head: the max, then the weights and their sum, in key order; the weights replace the scores
+  for (int64_t hh = 0; hh < group; ++hh) {
+    double* s = scores + hh * j.stride;
+    double max_score = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) max_score = std::max(max_score, s[i]);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      s[i] = std::exp(s[i] - max_score);
+      sum += s[i];
+    }
+    sums[hh] = sum;
+  }
+  std::fill(acc, acc + group * D, 0.0);
+  for (key = 0; key + kKeys <= n; key += kKeys) {
+    for (int64_t i = 0; i < kKeys; ++i) kv[i] = j.value_cache + CacheAt(d, j.tables, b, key + i, g);
+    for (int64_t hh = 0; hh < group; ++hh) {
+      const double* w = scores + hh * j.stride + key;
+      double* ah = acc + hh * D;
+      for (int64_t x = 0; x < D; ++x) {
+        double a = ah[x];
+        for (int64_t i = 0; i < kKeys; ++i) a += w[i] * static_cast<float>(kv[i][x]);
+        ah[x] = a;
+      }
+    }
+  }
+  for (; key < n; ++key) {
+    const T* vj = j.value_cache + CacheAt(d, j.tables, b, key, g);
+    for (int64_t hh = 0; hh < group; ++hh) {
+      const double w = scores[hh * j.stride + key];
+      double* ah = acc + hh * D;
+      for (int64_t x = 0; x < D; ++x) ah[x] += w * static_cast<float>(vj[x]);
+    }
+  }
+  for (int64_t hh = 0; hh < group; ++hh) {
+    T* o = j.out + (t * d.num_heads + g * group + hh) * D;
+    for (int64_t x = 0; x < D; ++x) o[x] = static_cast<T>(static_cast<float>(acc[hh * D + x] / sums[hh]));
+  }
+}
+
+template <typename T>
+void AttendUnit(const void* ctx, int64_t unit) {
+  const auto& j = *static_cast<const AttendJob<T>*>(ctx);
+  double* scores = j.buffer + unit * j.scratch;
+  const int64_t group = j.d->num_heads / j.d->num_kv_heads;
+  double* acc = scores + group * j.stride;
+  double* sums = acc + group * j.d->head_dim;
+  for (int64_t row = unit; row < j.rows; row += j.units) {
+    AttendRow(j, row / j.d->num_kv_heads, row % j.d->num_kv_heads, scores, acc, sums);
+  }
+}
+
+// Below this many multiply-adds (query rows x keys x head_dim, both products) a step attends on the
+// calling thread: the pool's hand-off costs more than it saves.
+constexpr int64_t kParallelMacs = int64_t{1} << 17;
+
+template <typename T>
 void PagedAttentionCPU(const Dims& d, const T* q, const T* k, const T* v, T* key_cache,
                        T* value_cache, const int32_t* tables, const int32_t* cu, const int32_t* dec,
-                       const int32_t* lens, double scale, T* out) {
+                       const int32_t* lens, const int32_t* batch_ids, double scale, T* out) {
   const int64_t D = d.head_dim;
   const int64_t kv_row = d.num_kv_heads * D;  // elements of one token's k (or v) row
-  // Element offset of (position p, kv head h) in slot b's cache.
-  auto cache_at = [&](int64_t b, int64_t p, int64_t h) {
-    const int64_t block = tables[b * d.max_blocks + p / d.block_size];
-    return ((block * d.num_kv_heads + h) * d.block_size + p % d.block_size) * D;
-  };
   // 1. Append every new token, so step 2 sees this step's keys as ordinary cached ones.
   for (int64_t b = 0; b < d.bsz; ++b) {
     for (int64_t i = 0; i < lens[b]; ++i) {
       const int64_t t = cu[b] + i;
       const int64_t p = dec[b] + i;
       for (int64_t h = 0; h < d.num_kv_heads; ++h) {
-        std::memcpy(key_cache + cache_at(b, p, h), k + t * kv_row + h * D, D * sizeof(T));
-        std::memcpy(value_cache + cache_at(b, p, h), v + t * kv_row + h * D, D * sizeof(T));
+        std::memcpy(key_cache + CacheAt(d, tables, b, p, h), k + t * kv_row + h * D, D * sizeof(T));
+        std::memcpy(value_cache + CacheAt(d, tables, b, p, h), v + t * kv_row + h * D, D * sizeof(T));
       }
     }
   }
-  // 2. Attend. Rows of no slot stay zero.
+  // 2. Attend, each (token, kv head) on its own: which thread computes a row changes none of its bits. Rows
+  // of no slot stay zero.
   std::memset(static_cast<void*>(out), 0, d.token_cap * d.num_heads * D * sizeof(T));
-  const int64_t group = d.num_heads / d.num_kv_heads;
-  std::vector<double> scores, acc(D);
+  const int64_t token_num = cu[d.bsz];
+  if (token_num == 0) return;
+  int64_t longest = 0, keys = 0;  // the most keys a row reads, and all rows' keys (about)
   for (int64_t b = 0; b < d.bsz; ++b) {
-    for (int64_t i = 0; i < lens[b]; ++i) {
-      const int64_t t = cu[b] + i;
-      const int64_t p = dec[b] + i;
-      scores.resize(p + 1);
-      for (int64_t h = 0; h < d.num_heads; ++h) {
-        const T* qh = q + (t * d.num_heads + h) * D;
-        const int64_t kv_head = h / group;
-        double max_score = -INFINITY;
-        for (int64_t j = 0; j <= p; ++j) {
-          const T* kj = key_cache + cache_at(b, j, kv_head);
-          double dot = 0.0;
-          for (int64_t x = 0; x < D; ++x) {
-            dot += static_cast<double>(static_cast<float>(qh[x])) * static_cast<float>(kj[x]);
-          }
-          scores[j] = dot * scale;
-          max_score = std::max(max_score, scores[j]);
-        }
-        double sum = 0.0;
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int64_t j = 0; j <= p; ++j) {
-          const double w = std::exp(scores[j] - max_score);
-          const T* vj = value_cache + cache_at(b, j, kv_head);
-          sum += w;
-          for (int64_t x = 0; x < D; ++x) acc[x] += w * static_cast<float>(vj[x]);
-        }
-        T* o = out + (t * d.num_heads + h) * D;
-        for (int64_t x = 0; x < D; ++x) o[x] = static_cast<T>(static_cast<float>(acc[x] / sum));
-      }
-    }
+    if (lens[b] == 0) continue;
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(dec[b]) + lens[b]);
+    keys += lens[b] * (static_cast<int64_t>(dec[b]) + (lens[b] + 1) / 2);
   }
+  const int64_t group = d.num_heads / d.num_kv_heads;
+  AttendJob<T> job{&d, q, key_cache, value_cache, tables, cu, dec, batch_ids, scale, out};
+  job.rows = token_num * d.num_kv_heads;
+  const bool parallel = 2 * keys * d.num_heads * D >= kParallelMacs;
+  const int threads = parallel ? std::max(specworker::ParallelThreads(0), 1) : 1;
+  // a few units a thread, handed out one at a time, even out rows of different lengths
+  job.units = std::min<int64_t>(job.rows, 4 * static_cast<int64_t>(threads));
+  job.stride = longest;
+  job.scratch = group * (longest + D + 1);
+  std::vector<double> buffer(job.units * job.scratch);
+  job.buffer = buffer.data();
+  specworker::ParallelFor(job.units, AttendUnit<T>, &job, threads);
 }
 
 }  // namespace
@@ -250,7 +357,8 @@ std::vector<paddle::Tensor> PagedAttention(
   auto out = paddle::empty({d.token_cap, d.num_heads, d.head_dim}, q.dtype(), q.place());
 #define SPECWORKER_PAGED_ATTENTION_CPU(T)                                                          \
   PagedAttentionCPU<T>(d, q.data<T>(), k.data<T>(), v.data<T>(), key_cache.data<T>(),              \
-                       value_cache.data<T>(), tables, cu, dec, lens, scale, out.data<T>())
+                       value_cache.data<T>(), tables, cu, dec, lens,                               \
+                       batch_id_per_token.data<int32_t>(), scale, out.data<T>())
   switch (q.dtype()) {
     case DataType::FLOAT32:
       SPECWORKER_PAGED_ATTENTION_CPU(float);
