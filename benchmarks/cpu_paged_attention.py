@@ -1,0 +1,106 @@
+"""paged_attention on the CPU: time per call at SmolLM2-135M's attention shapes, and a bit-for-bit check of
+one build of the op against another.
+
+    python benchmarks/cpu_paged_attention.py [--out benchmarks/results/cpu_paged_attention.json]
+    python benchmarks/cpu_paged_attention.py --save-bits old.npz       # with one build of the op
+    python benchmarks/cpu_paged_attention.py --compare-bits old.npz    # after rebuilding: every bit the same?
+
+Shapes: 9 query heads over 3 kv heads, head_dim 64, float32, block size 16 (SmolLM2-135M); B slots each feeding
+L query rows (1: decode, 4: a verify of 3 drafts) after C cached tokens, and one 200-token prefill. Each time is
+the best of 5 rounds of 20 back-to-back calls (ms per call), on the op's threads (the kernels' pool:
+SPECWORKER_LINEAR_THREADS, default the CPUs this process may use). "x30" is a forward's 30 layers.
+
+The bits: every case of the op's test grid (tests/paged_attention_cases.grid_cases) and 40 more with 9:3 heads,
+contexts up to 400 tokens and up to 64 slots, in float32, float16 and bfloat16: the output and both caches after
+the call. A change of the kernel's loop order or threading must leave all of them as they were.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from specworker.model_executor.ops import paged_attention  # noqa: E402
+from tests.ops.test_paged_attention import _tensors, run_op  # noqa: E402
+from tests.paged_attention_cases import grid_cases, make_attention_case, pack_case, random_slot  # noqa: E402
+
+SHAPES = ((1, 1, 400), (1, 4, 400), (4, 1, 400), (4, 4, 400), (16, 1, 400), (64, 1, 300), (64, 4, 300), (1, 200, 0))
+HEADS, HEAD_DIM, BLOCK = (9, 3), 64, 16
+
+
+def time_shape(rng, bsz: int, rows: int, cached: int, rounds: int = 5, calls: int = 20) -> float:
+    """Best ms per call over `rounds` rounds of `calls` calls."""
+    case = pack_case(rng, [random_slot(rng, cached, rows, *HEADS, HEAD_DIM, "float32") for _ in range(bsz)], BLOCK,
+                     garbage="large")
+    t = _tensors(case, "float32")
+    args = (t["q"], t["k"], t["v"], t["key_cache"], t["value_cache"], t["block_tables"], t["cu_seqlens_q"],
+            t["seq_lens_decoder"], t["seq_lens_this_time"], t["batch_id_per_token"], case.block_size, case.scale)
+    paged_attention(*args)
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            paged_attention(*args)
+        best = min(best, (time.perf_counter() - start) / calls)
+    return 1e3 * best
+
+
+def bit_cases():
+    """(seed, bsz, kind, kwargs) of the grid and the long-context cases."""
+    cases = [(c[0], c[1], c[2], dict(block_size=c[3], head_dim=c[4], heads=c[5], garbage=c[6])) for c in grid_cases()]
+    for s in range(40):
+        cases.append((9000 + s, (1, 4, 17, 64)[s % 4], ("mixed", "decode", "prefill", "mixed")[s % 4],
+                      dict(block_size=BLOCK, head_dim=HEAD_DIM, heads=HEADS, max_model_len=(48, 200, 400, 120)[s % 4])))
+    return cases
+
+
+def bits() -> dict[str, np.ndarray]:
+    out = {}
+    for i, (seed, bsz, kind, kw) in enumerate(bit_cases()):
+        case = make_attention_case(seed, bsz, kind, **kw)
+        for dtype in ("float32", "float16", "bfloat16"):
+            for name, value in zip("okv", run_op(case, dtype)):
+                out[f"{i}_{dtype}_{name}"] = value
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, help="write the timings here (JSON)")
+    parser.add_argument("--save-bits", type=Path, help="save the bit cases' results (npz) and exit")
+    parser.add_argument("--compare-bits", type=Path, help="compare the bit cases with a saved npz and exit")
+    args = parser.parse_args()
+    if args.save_bits:
+        results = bits()
+        np.savez(args.save_bits, **results)
+        print(f"saved {len(results)} arrays to {args.save_bits}")
+        return
+    if args.compare_bits:
+        saved, now = np.load(args.compare_bits), bits()
+        differ = [k for k in saved.files if k not in now or saved[k].tobytes() != now[k].tobytes()]
+        print(f"{len(saved.files)} arrays, {len(differ)} with different bits" + (f": {differ[:8]}" if differ else ""))
+        sys.exit(1 if differ or len(saved.files) != len(now) else 0)
+    rng = np.random.default_rng(0)
+    rows = []
+    for bsz, length, cached in SHAPES:
+        ms = time_shape(rng, bsz, length, cached)
+        rows.append({"slots": bsz, "rows_per_slot": length, "cached": cached, "ms_per_call": ms, "ms_x30": 30 * ms})
+        print(f"{bsz:3d} slots x {length:3d} rows after {cached:4d} cached: {ms:8.3f} ms a call, {30 * ms:8.1f} ms x30",
+              flush=True)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"heads": HEADS, "head_dim": HEAD_DIM, "block_size": BLOCK,
+                                        "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}",
+                                        "results": rows}, indent=1) + "\n")
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
