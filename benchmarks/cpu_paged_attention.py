@@ -10,9 +10,9 @@ L query rows (1: decode, 4: a verify of 3 drafts) after C cached tokens, and one
 the best of 5 rounds of 20 back-to-back calls (ms per call), on the op's threads (the kernels' pool:
 SPECWORKER_LINEAR_THREADS, default the CPUs this process may use). "x30" is a forward's 30 layers.
 
-The bits: 60 random steps (1-64 slots; decode, verify, prefill and stopped slots; contexts up to 400 tokens; 4:2,
-8:1 and 9:3 heads) in float32, float16 and bfloat16: the output and both caches after the call. A change of the
-kernel's loop order or threading must leave all of them as they were.
+The bits: every case of the op's test grid (reference/cases/paged_attention.py, grid_cases) and 40 more with 9:3
+heads, contexts up to 400 tokens and up to 64 slots, in float32, float16 and bfloat16: the output and both caches
+after the call. A change of the kernel's loop order or threading must leave all of them as they were.
 """
 
 from __future__ import annotations
@@ -28,38 +28,27 @@ import numpy as np
 import paddle
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from reference.cases.paged_attention import (  # noqa: E402
+    AttentionCase, grid_cases, make_attention_case, pack_case, random_slot,
+)
 from specworker.model_executor.ops import paged_attention  # noqa: E402
 
 SHAPES = ((1, 1, 400), (1, 4, 400), (4, 1, 400), (4, 4, 400), (16, 1, 400), (64, 1, 300), (64, 4, 300), (1, 200, 0))
 HEADS, HEAD_DIM, BLOCK = (9, 3), 64, 16
 
 
-def step_args(rng, decs, lens, heads=HEADS, head_dim=HEAD_DIM, block=BLOCK, dtype="float32") -> tuple:
-    """The op's arguments for slots with decs[b] cached tokens feeding lens[b] rows (0: a stopped slot), blocks in
-    random physical order, random caches, 3 padding rows past T."""
-    decs, lens = np.asarray(decs, dtype=np.int32), np.asarray(lens, dtype=np.int32)
-    bsz, (nh, nkv) = len(lens), heads
-    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
-    token_cap = int(cu[-1]) + 3
-    max_blocks = int(np.max(decs + lens)) // block + 1
-    num_blocks = bsz * max_blocks + 5
-    tables = rng.permutation(num_blocks)[:bsz * max_blocks].reshape(bsz, max_blocks).astype(np.int32)
-    batch_ids = np.full(token_cap, -1, dtype=np.int32)
-    for b in range(bsz):
-        batch_ids[cu[b]:cu[b + 1]] = b
-
-    def floats(*shape):
-        return paddle.to_tensor(rng.standard_normal(shape).astype(np.float32)).astype(dtype)
-
-    return (floats(token_cap, nh, head_dim), floats(token_cap, nkv, head_dim), floats(token_cap, nkv, head_dim),
-            floats(num_blocks, nkv, block, head_dim), floats(num_blocks, nkv, block, head_dim), paddle.to_tensor(tables),
-            paddle.to_tensor(cu), paddle.to_tensor(decs), paddle.to_tensor(lens), paddle.to_tensor(batch_ids), block,
-            1.0 / np.sqrt(head_dim))
+def op_args(case: AttentionCase, dtype: str = "float32") -> tuple:
+    """The case's inputs as CPU tensors (float ones in `dtype`), then the op's attributes."""
+    floats = [paddle.to_tensor(x).astype(dtype) for x in (case.q, case.k, case.v, case.key_cache, case.value_cache)]
+    ints = [paddle.to_tensor(x) for x in (case.block_tables, case.cu_seqlens_q, case.seq_lens_decoder,
+                                          case.seq_lens_this_time, case.batch_id_per_token)]
+    return (*floats, *ints, case.block_size, case.scale)
 
 
 def time_shape(rng, bsz: int, rows: int, cached: int, rounds: int = 5, calls: int = 20) -> float:
     """Best ms per call over `rounds` rounds of `calls` calls."""
-    args = step_args(rng, [cached] * bsz, [rows] * bsz)
+    args = op_args(pack_case(rng, [random_slot(rng, cached, rows, *HEADS, HEAD_DIM) for _ in range(bsz)], BLOCK,
+                             garbage="large"))
     paged_attention(*args)
     best = float("inf")
     for _ in range(rounds):
@@ -70,21 +59,22 @@ def time_shape(rng, bsz: int, rows: int, cached: int, rounds: int = 5, calls: in
     return 1e3 * best
 
 
+def bit_cases():
+    """(seed, bsz, kind, make_attention_case's keywords) of the op's test grid and of 40 longer steps."""
+    cases = [(c[0], c[1], c[2], dict(block_size=c[3], head_dim=c[4], heads=c[5], garbage=c[6])) for c in grid_cases()]
+    for s in range(40):
+        cases.append((9000 + s, (1, 4, 17, 64)[s % 4], ("mixed", "decode", "prefill", "mixed")[s % 4],
+                      dict(block_size=BLOCK, head_dim=HEAD_DIM, heads=HEADS, max_model_len=(48, 200, 400, 120)[s % 4])))
+    return cases
+
+
 def bits() -> dict[str, np.ndarray]:
-    """Output and caches after the call, as float32, for 60 random steps (1-64 slots, decode, verify, prefill and
-    stopped slots, contexts up to 400 tokens; 4:2, 8:1 and 9:3 heads; head_dim 32-128; block sizes 16 and 64) in
-    every dtype."""
+    """Output and both caches after the call, as float32, for every bit case in every dtype."""
     out = {}
-    for i in range(60):
-        rng = np.random.default_rng(7000 + i)
-        bsz = int(rng.choice([1, 3, 4, 17, 64]))
-        heads = ((4, 2), (8, 1), (9, 3))[i % 3]
-        head_dim, block = (32, 64, 128)[i % 3 if i % 2 else 1], (16, 64)[i % 2]
-        decs = rng.integers(0, (48, 200, 400)[i % 3] + 1, bsz)
-        lens = np.where(rng.random(bsz) < 0.15, 0, rng.integers(1, 5, bsz))  # stopped, decode and verify slots
-        lens = np.where(rng.random(bsz) < 0.1, rng.integers(5, 60, bsz), lens)  # a few (chunked) prefills
+    for i, (seed, bsz, kind, kw) in enumerate(bit_cases()):
+        case = make_attention_case(seed, bsz, kind, **kw)
         for dtype in ("float32", "float16", "bfloat16"):
-            args = step_args(np.random.default_rng(i), decs, lens, heads, head_dim, block, dtype)
+            args = op_args(case, dtype)
             result = paged_attention(*args)
             for name, value in (("o", result), ("k", args[3]), ("v", args[4])):
                 out[f"{i}_{dtype}_{name}"] = value.astype("float32").numpy()

@@ -1,4 +1,4 @@
-"""paged_attention tests written once for both backends (the cases live in tests/paged_attention_cases.py):
+"""paged_attention tests written once for both backends (the cases live in reference/cases/paged_attention.py):
 tests/ops (the Paddle op) and tests/gpu (the CUDA kernel) import the test_* functions below and define
 the fixtures they take:
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.paged_attention_cases import (
+from reference.cases.paged_attention import (
     LITERAL_OUT,
     AttentionCase,
     invariance_runs,
@@ -37,7 +37,7 @@ def check_against_reference(got, case: AttentionCase, tol: dict, want=None):
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_paged_attention_literal_three_slots(run, dtype):
     """Decode with two queries (causal within the step), a stopped slot, a two-token prefill with GQA
-    heads that disagree, a padding row (tests/paged_attention_cases.py works it out by hand)."""
+    heads that disagree, a padding row (reference/cases/paged_attention.py works it out by hand)."""
     case = literal_case()
     out, key_cache, value_cache = run(case, dtype)
     np.testing.assert_array_equal(out, LITERAL_OUT)

@@ -11,7 +11,7 @@ import numpy as np
 from kernel_harness import paged_attention
 from tests.gpu.harness import require_gpu, stream
 from reference.paged_attention import ref_paged_attention
-from tests.paged_attention_cases import AttentionCase
+from reference.cases.paged_attention import AttentionCase
 
 cp = require_gpu()
 

@@ -18,7 +18,7 @@ from kernel_harness import paged_attention
 from tests.gpu.harness import require_gpu
 from tests.gpu.paged_attention_device import expect_with_skips, launch, run_cuda, to_device
 from tests.paged_attention_case_tests import check_against_reference
-from tests.paged_attention_cases import invariance_runs, literal_case, make_attention_case, pack_case, random_slot
+from reference.cases.paged_attention import invariance_runs, literal_case, make_attention_case, pack_case, random_slot
 
 cp = require_gpu()
 

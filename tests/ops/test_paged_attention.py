@@ -18,7 +18,7 @@ from tests.paged_attention_case_tests import (  # noqa: F401  written once, also
     check_against_reference, test_paged_attention_is_batch_invariant, test_paged_attention_literal_three_slots,
     test_paged_attention_matches_reference,
 )
-from tests.paged_attention_cases import (
+from reference.cases.paged_attention import (
     LITERAL_OUT,
     AttentionCase,
     case_id,

@@ -1,4 +1,5 @@
-"""paged_attention inputs shared by the CPU op tests (tests/ops) and the CUDA tests (tests/gpu).
+"""paged_attention inputs shared by the CPU op tests (tests/ops), the CUDA tests (tests/gpu) and
+benchmarks/cpu_paged_attention.py.
 
 Plain numpy only (the GPU machine has no Paddle). A case is built from per-slot specs (the
 slot's cached history and this step's q/k/v rows): blocks are handed out in random physical
