@@ -148,6 +148,11 @@ class SpeculationPolicy:
     def may_draft(self, slot: int) -> bool:
         return bool(self.cap[slot] > 0)
 
+    def may_read_remaining(self) -> bool:
+        """Whether the next choose may read PolicyStep.remaining (the worker builds it, a loop over the running requests,
+        only then): reads_remaining, and some admitted request may still draft."""
+        return self.reads_remaining
+
     def choose(self, step: PolicyStep) -> np.ndarray:
         """[N] int64 k_b for next step: the policy's choice, capped per request (pinned slots and slots not live:
         their cap)."""
@@ -223,7 +228,7 @@ class AdaptivePolicy(SpeculationPolicy):
                  redecide_every: int = 8, redecide_max: int = 32, confidence: float = 1.0, optimism: bool = False,
                  settle_costs: int = 6, probe_after: float = 128, probe_max: float = 2048, probe_hold: int = 4,
                  warm_reaches: float = 12.0, demote_after: int = 0, by_anchor: bool = True, doubt_reaches: int = 6,
-                 confirm_explorations: int = 3, counts_fill: bool = True):
+                 confirm_explorations: int = 3, counts_fill: bool = True, carry_prior: float = 2.0):
         super().__init__(num_slots, k_max, pin_sampled=pin_sampled)
         # acceptance per k of the step that placed the anchor (prior_by_k); off: the worker prior for every k
         # (lookup proposers, docs/adaptive.md "Anchors and lookups")
@@ -288,6 +293,12 @@ class AdaptivePolicy(SpeculationPolicy):
         # [k - 1, j]: sum over the reaches in _k_totals of the slot's acceptance less the prior, each as known when
         # counted (prior_by_k: what a k's steps should have accepted, given the slots and stretches they ran in)
         self._k_shift = np.zeros((k_max, k_max))
+        # [sum x, sum y, sum x y, sum x^2, reaches] over counted reaches: x the slot's acceptance less the prior as known
+        # before the step, y the outcome less the prior (carry(): how much of a slot's lead or lag its next
+        # verifications keep); carry_prior: the weight of the prior slope 1 (the plain shrunk estimate), in units of
+        # x's sum of squares
+        self._carry = np.zeros(5)
+        self.carry_prior = carry_prior
         self._queued: list[tuple] = []  # steps observed but not counted yet (_flush)
         self.pending_decay = 1.0  # decay owed by successes / reaches for steps in which no slot drafted
         self.prev_allowed = np.zeros(num_slots, dtype=np.int64)  # [N] k_b of the slot's last verified step (0: none)
@@ -408,6 +419,12 @@ class AdaptivePolicy(SpeculationPolicy):
         self.draftless[slot] = False
         self.fresh[slot] = False
         self.admitted[slot] = False
+
+    def may_read_remaining(self) -> bool:
+        """False once every admitted request is draft-less (or capped at 0): choose then takes its no-drafts path,
+        which reads no remaining tokens (at 64 slots on the tiny pair the worker's loop that builds them was ~0.3% of
+        a draft-less step)."""
+        return bool((self.admitted & (self.cap > 0)).any())
 
     def admit(self, slot: int, num_slots: int, remaining: np.ndarray | None = None,
               prompt_left: np.ndarray | None = None) -> bool:
@@ -611,10 +628,15 @@ class AdaptivePolicy(SpeculationPolicy):
             counts = counts * ~first[None, :, :, None]
         n, k = counts.shape[2], self.k_max
         anchors = self._one_hot[:, np.stack(prev).reshape(-1)]  # [K, S * N]
-        if self.by_anchor:  # reaches times the slot's acceptance above the prior, as known before these steps
-            prior = _laplace(self._totals)
-            above = _shrunk(self._slot_counts, prior, self.prior_weight) - prior  # [N, K]
-            self._k_shift += anchors @ (counts[0] * above).reshape(-1, k)
+        # the slot's acceptance above the prior, as known before these steps, against what they accepted (carry)
+        prior = _laplace(self._totals)
+        above = _shrunk(self._slot_counts, prior, self.prior_weight) - prior  # [N, K]
+        reached_above = counts[0] * above  # [S, N, K]
+        outcome = counts[1] - counts[0] * prior  # [S, N, K]
+        self._carry += (reached_above.sum(), outcome.sum(), (outcome * above).sum(), (reached_above * above).sum(),
+                        counts[0].sum())
+        if self.by_anchor:  # reaches times the slot's acceptance above the prior
+            self._k_shift += anchors @ reached_above.reshape(-1, k)
         self._totals += counts.sum(axis=(1, 2))
         flat = counts.reshape(2, -1, k)  # [2, S * N, K]
         self._k_totals += anchors @ flat  # [K, S * N] @ [2, S * N, K]
@@ -630,6 +652,7 @@ class AdaptivePolicy(SpeculationPolicy):
     k_totals = property(lambda self: self._flushed(self._k_totals))  # [.., k - 1, j]: totals of steps after k
     k_shift = property(lambda self: self._flushed(self._k_shift))  # [k - 1, j]: the slots' excess, steps after k
     first_totals = property(lambda self: self._flushed(self._first_totals))  # [2, K]: of first verifications
+    carry_totals = property(lambda self: self._flushed(self._carry))  # [sum x, y, x y, x^2, reaches] (carry)
 
     def _flushed(self, counts: np.ndarray) -> np.ndarray:
         self._flush()
@@ -678,8 +701,27 @@ class AdaptivePolicy(SpeculationPolicy):
         return np.minimum(p * (successes + w * p) / (expected + w * p), 1.0)
 
     def acceptance(self) -> np.ndarray:
-        """[N, K] conditional acceptance per slot and position (prior-weighted EMA), for no particular k."""
-        return _shrunk(self.slot_counts, self.prior(), self.prior_weight, self.pending_decay)
+        """[N, K] conditional acceptance per slot and position, for no particular k: the worker prior plus carry()
+        times the slot's lead over it (its prior-weighted EMA less the prior)."""
+        prior = self.prior()
+        own = _shrunk(self.slot_counts, prior, self.prior_weight, self.pending_decay)
+        return prior + self.carry() * (own - prior)
+
+    def carry(self) -> float:
+        """How much of a slot's lead over the worker prior (its shrunk estimate less the prior) its next verifications
+        keep, learnt from the verifications counted so far: the least-squares slope of their outcomes (accepted, less
+        the prior) on the lead as known before them, with an intercept (the prior moves while it is learnt, and a
+        common offset of every outcome is not the lead's), (Sxy + c) / (Sxx + c) over the centred sums, shrunk to the
+        prior slope 1 (the plain estimate) by c = `carry_prior` (2: what 200 reaches at a lead of 0.1 weigh), clipped
+        to [0, 1]. Where requests accept alike, a slot's recent run of rejections says little
+        of its next steps: on the tiny pair at 16 slots the slots that finish last read E(2) 2.33 from their recent
+        steps and then emitted 2.60 a step, and the drain objective switched the tail to K = 0 (docs/adaptive.md,
+        "What a slot's lead carries"). Where they differ (a hard prompt, a copied span) the slope stays near 1."""
+        x, y, xy, xx, reaches = self.carry_totals
+        if reaches <= 0.0:
+            return 1.0
+        covariance, variance = xy - x * y / reaches, xx - x * x / reaches
+        return min(max((covariance + self.carry_prior) / (variance + self.carry_prior), 0.0), 1.0)
 
     def optimistic_prior_by_k(self) -> np.ndarray:
         """[K, K] prior_by_k raised by `confidence` standard errors (its k_totals reaches plus the k_prior_weight

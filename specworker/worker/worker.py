@@ -202,7 +202,7 @@ class Worker:
         all_greedy = all(p.temperature < GREEDY_TEMPERATURE for p in running)
         num_logprobs = max((p.logprobs for p in running if p.logprobs is not None), default=None)
         out = self.runner.step(plan.token_num, all_greedy=all_greedy, num_logprobs=num_logprobs,
-                               remaining=self._remaining_tokens())
+                               remaining=self._remaining_tokens() if self.runner.policy.may_read_remaining() else None)
         self.num_steps += 1
         for phase, seconds in out.seconds.items():
             self.phase_seconds[phase] += seconds

@@ -236,6 +236,47 @@ def test_adaptive_doubts_a_switch_up_to_a_k_its_explorations_barely_measured():
     assert down.best_k(live, np.array([1.0, 1.1, 1.2, 1.55]))[0] == 2
 
 
+def _leads(accept_of_slot, steps=400, seed=3):
+    """An AdaptivePolicy over 8 slots, k_max 2, after `steps` steps of K = 2 in which slot b accepts each draft with
+    probability accept_of_slot(b); a slot's request is replaced every 40 steps (staggered); counts flushed every 4
+    steps, as decisions read them."""
+    n, k = 8, 2
+    policy = AdaptivePolicy(n, k)
+    rng = np.random.default_rng(seed)
+    accept = np.array([accept_of_slot(b) for b in range(n)])
+    for t in range(steps):
+        emitted = 1 + np.cumprod(rng.random((n, k)) < accept[:, None], axis=1).sum(axis=1)
+        policy.allowed[:] = k
+        policy.observe(_step([True] * n, drafted=[k] * n, emitted=emitted))
+        if t % 4 == 3:
+            policy.totals  # noqa: B018 (a read flushes the queued steps)
+        b = t % 40
+        if b < n:
+            policy.on_clear(b)
+            policy.on_insert(b, _request())
+    return policy
+
+
+def test_adaptive_carries_a_slots_lead_only_as_far_as_it_holds():
+    """carry(): the slope of a slot's next outcomes on its lead over the worker prior. Where every request accepts
+    alike (0.8) a run of rejections is noise: the slope is near 0 and acceptance() keeps a slot near the prior, where
+    its plain shrunk estimate (the EMA with prior weight 6) strays; the drain objective read such tail slots' E(2) at
+    2.33 on the tiny pair and they then emitted 2.60 a step. Where half the requests accept 0.9 and half 0.45 the lead
+    holds: the slope is ~1 and acceptance() is the plain estimate."""
+    alike = _leads(lambda b: 0.8)
+    assert alike.carry() < 0.3
+    prior = alike.prior()
+    plain = (alike.slot_counts[1] + alike.prior_weight * prior) / (alike.slot_counts[0] + alike.prior_weight)
+    lead, kept = np.abs(plain - prior)[:, 0], np.abs(alike.acceptance() - prior)[:, 0]
+    assert lead.max() > 0.05  # the plain estimate strays
+    np.testing.assert_allclose(kept, alike.carry() * lead, rtol=1e-9, atol=1e-12)
+    assert kept.max() < 0.3 * lead.max()
+    apart = _leads(lambda b: 0.9 if b % 2 == 0 else 0.45)
+    assert apart.carry() > 0.9
+    first = apart.acceptance()[:, 0]
+    assert first[0::2].mean() > first[1::2].mean() + 0.15
+
+
 def test_adaptive_counts_a_requests_first_verification_apart():
     """A request's first verification of drafts after admission goes to first_totals alone (`fresh`, docs/adaptive.md
     "First verifications"); its later ones to the slot and worker counts. The flag follows slot moves; a slot never
@@ -740,8 +781,12 @@ def test_adaptive_with_only_draftless_slots_chooses_nothing_and_files_only_k0():
         out = policy.choose(_step([True, True], emitted=[1, 1], cost=_cost(2, 0, 0, 0.01)))
         assert out.tolist() == [0, 0]
     assert policy.num_choices == 0 and policy.costs.count[1] == counts[1] and policy.costs.count[0] > counts[0]
+    assert not policy.may_read_remaining()  # the worker builds no remaining tokens for this batch
     policy.on_clear(1)
     policy.on_insert(1, _request())  # a drafting slot beside the draft-less one
+    assert not policy.may_read_remaining()  # not admitted yet (its first chunk admits it)
+    policy.admitted[1] = True
+    assert policy.may_read_remaining()
     policy.held = (1, 10**6)  # hold K = 1: slot 1 drafts one, slot 0 none
     for _ in range(6):
         out = policy.choose(_step([True, True], drafted=[0, 1], emitted=[1, 2], cost=_cost(2, 1, 1, 0.012)))

@@ -266,9 +266,11 @@ def alike_at_16(batch: int, k: int, drafts: int) -> float:  # a draft step costs
 
 def test_adaptive_drafts_a_closed_batch_whose_requests_accept_alike():
     """Closed batches of 16 requests (64 tokens) that all accept 0.5 / 0.4 / 0.3, where fixed K = 1 drains 6.7% faster
-    than K = 0: adaptive reaches >= 0.96x of fixed K = 1 over four seed sets (0.969 measured). The drain puts the
-    slowest slot late by how far apart requests are (population_spread); read from each finished request's raw
-    ratios (decayed counts, an unreached position as 0) that spread was sampling noise, E(1) 0.12 apart, and K = 0
-    won the drain: 0.939."""
-    ratios = [closed_batches_vs_fixed(16, LOW, alike_at_16, seed0, 1)[0] for seed0 in (0, 20, 40, 60)]
-    assert np.mean(ratios) >= 0.96, ratios
+    than K = 0: adaptive reaches >= 0.945x of fixed K = 1, mean over 40 seed sets (0.953 measured; min 0.916). The
+    drain puts the slowest slot late by how far apart requests are (population_spread); read from each finished
+    request's raw ratios (decayed counts, an unreached position as 0) that spread was sampling noise, E(1) 0.12 apart,
+    and K = 0 won the drain: 0.939 over the four seed sets this test read until 2026-12-07. Four sets were too few: a
+    near tie under the replay's noisy online costs sends a run down one path or another, and the same code read
+    0.948-0.963 over those four and 0.952 over these 40 (before the slot leads' carry, AdaptivePolicy.carry)."""
+    ratios = [closed_batches_vs_fixed(16, LOW, alike_at_16, seed0, 1)[0] for seed0 in range(0, 800, 20)]
+    assert np.mean(ratios) >= 0.945, (np.mean(ratios), min(ratios))
