@@ -16,10 +16,10 @@ from specworker.config import WorkerConfig
 from specworker.model_executor import ops
 from specworker.model_executor.layers.sampler import GREEDY_TEMPERATURE, sample_rows
 from specworker.model_executor.pre_and_post_process import pre_process
-from specworker.model_executor.slot_buffers import SlotBuffers, buffer_dims
+from specworker.model_executor.slot_buffers import buffer_dims
 from specworker.spec_decode.base import Proposer, feed_last_tokens
 from specworker.spec_decode.metadata import ProposerInputs, ProposerOutput
-from specworker.spec_decode.mtp_buffers import DRAFT_BUFFERS
+from specworker.spec_decode.mtp_buffers import DRAFT_BUFFERS, DraftBatch
 
 __all__ = ["DRAFT_SEED_OFFSET", "MTPProposer"]
 
@@ -59,7 +59,7 @@ class MTPProposer(Proposer):
         self.vocab = draft.vocab  # DraftVocab, or None: draft logits cover the whole vocabulary
         arch = target.arch
         dims = buffer_dims(config, hidden_size=arch.hidden_size, vocab_size=arch.vocab_size)
-        self.batch = SlotBuffers(DRAFT_BUFFERS, dims, place)
+        self.batch = DraftBatch(DRAFT_BUFFERS, dims, place)
         self.buffers = self.batch.share_inputs
         self.kv_cache = self.draft.new_kv_cache(config.scheduler.num_blocks, config.scheduler.block_size, place)
         # rejection verification needs the distribution each draft was drawn from: drafts are then sampled
@@ -130,6 +130,7 @@ class MTPProposer(Proposer):
             # re-derived from the target by the next round's draft_model_preprocess (docs/spec.md §2.3).
             feed_last_tokens(t)
             return ProposerOutput.of(inputs, self.draft_probs)
+        self.batch.mark_written()  # the draft ops below may write every row (DraftBatch)
         ops.draft_model_preprocess(
             d["draft_tokens"], d["input_ids"], d["stop_flags"], d["seq_lens_this_time"], d["seq_lens_encoder"],
             d["seq_lens_decoder"], d["step_idx"], d["not_need_stop"], d["pre_ids"], t.accept_tokens,

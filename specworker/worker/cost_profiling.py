@@ -20,12 +20,15 @@ from specworker.spec_decode.cost_profile import (CostProfile, ProfilePolicy, Pro
 from specworker.spec_decode.host_drafts import write_host_drafts
 from specworker.spec_decode.metadata import ProposerInputs, ProposerOutput
 
-__all__ = ["PROFILE_PROMPT_LEN", "TARGET_ERROR", "profile_step_costs"]
+__all__ = ["EXTRA_SECONDS", "PROFILE_PROMPT_LEN", "TARGET_ERROR", "profile_step_costs"]
 
 logger = logging.getLogger(__name__)
 
 PROFILE_PROMPT_LEN = 8  # tokens of each synthetic prompt
 TARGET_ERROR = 0.05  # past profile_rounds, rounds go on (up to twice as many) while a K's ratio error exceeds it
+# ... and past twice as many, up to four times, while the rounds past profile_rounds at the batch size have taken less
+# than this many seconds: a cheap step (the tiny pair) can afford the rounds a noisy machine needs, a dear one does not
+EXTRA_SECONDS = 6.0
 _PREFIX = "__specworker_profile"  # request ids of the profile's requests
 
 
@@ -61,11 +64,12 @@ class _FullDrafts(Proposer):
 
 
 def profile_step_costs(worker, *, rounds: int, hold: int = 3, max_rounds: int | None = None,
-                       target_error: float = TARGET_ERROR) -> CostProfile | None:
+                       target_error: float = TARGET_ERROR, extra_seconds: float = EXTRA_SECONDS) -> CostProfile | None:
     """The worker's CostProfile (None when no batch size could be measured: too few KV blocks or tokens of
     max_model_len for the steps), measured with `rounds` rounds of `hold` steps per K at each batch size, and more
-    (up to max_rounds, default 2 x rounds) while a K's ratio to K = 0 is known only to more than target_error
-    (relative standard error, cost_profile.ratio_errors). The worker must hold no request."""
+    while a K's ratio to K = 0 is known only to more than target_error (relative standard error,
+    cost_profile.ratio_errors): up to 2 x rounds, then up to max_rounds (default 4 x rounds) while the rounds past
+    `rounds` at that size have taken less than extra_seconds. The worker must hold no request."""
     if worker.has_unfinished():
         raise RuntimeError("profile_step_costs: the worker holds requests; allowed: an idle worker (profile at start)")
     runner = worker.runner
@@ -78,11 +82,12 @@ def profile_step_costs(worker, *, rounds: int, hold: int = 3, max_rounds: int | 
         runner.proposer = _FullDrafts(own_proposer, probe,
                                       lambda: np.array([r is not None for r in batch.req_ids], dtype=bool))
     sizes = profile_batch_sizes(batch.num_slots)
-    max_rounds = 2 * rounds if max_rounds is None else max(max_rounds, rounds)
+    max_rounds = 4 * rounds if max_rounds is None else max(max_rounds, rounds)
     start = time.perf_counter()
     try:
         for size in sizes:
-            _measure(worker, probe, size, hold, least=rounds, most=max_rounds, target=target_error)
+            _measure(worker, probe, size, hold, least=rounds, most=max_rounds, target=target_error,
+                     extra_seconds=extra_seconds)
     finally:
         # (aborting the last requests emptied the batch: ModelRunner.clear_slot drops the last step's cost, so the
         # first served step's does not span the profile)
@@ -95,9 +100,13 @@ def profile_step_costs(worker, *, rounds: int, hold: int = 3, max_rounds: int | 
     return profile
 
 
-def _measure(worker, probe: ProfilePolicy, size: int, hold: int, *, least: int, most: int, target: float) -> None:
-    """`size` requests, prefilled at K = 0, then `least` rounds holding each K `hold` steps, and another (up to
-    `most`) while a K's ratio error at `size` exceeds `target` (_unsettled). A request that reaches its max_tokens
+def _measure(worker, probe: ProfilePolicy, size: int, hold: int, *, least: int, most: int, target: float,
+             extra_seconds: float) -> None:
+    """`size` requests, prefilled at K = 0, then `least` rounds holding each K `hold` steps, and another while a K's
+    ratio error at `size` exceeds `target` (_unsettled): up to 2 x least, then up to `most` while the rounds past
+    `least` have taken less than `extra_seconds`. Six profiles of the tiny pair at 16 slots read T(16, 1) / T(16, 0)
+    1.66-1.74; one of 12 rounds read 1.50 with an error of 0.058 (served: 1.63-1.69), and its worker drafted K = 1
+    where K = 2 was 9% faster. A request that reaches its max_tokens
     (max_model_len) is replaced with the others by a fresh batch and the hold starts over; stops early when a batch
     cannot be admitted (KV blocks) or cannot finish one hold."""
     k_max = probe.k_max
@@ -111,8 +120,11 @@ def _measure(worker, probe: ProfilePolicy, size: int, hold: int, *, least: int, 
     batches = 0
     ids = _admit(worker, probe, size, batches, prompt, params)
     try:
-        r = 0
-        while r < least or (r < most and _unsettled(probe, size, target)):
+        r, extra_from = 0, None
+        while r < least or (r < most and (r < 2 * least or time.perf_counter() - extra_from < extra_seconds)
+                            and _unsettled(probe, size, target)):
+            if r == least:
+                extra_from = time.perf_counter()
             for k in (range(k_max + 1) if r % 2 == 0 else range(k_max, -1, -1)):
                 done = 0
                 while ids is not None and done < hold:

@@ -41,8 +41,8 @@ def test_profile_measures_every_k_at_every_batch_size(monkeypatch, method, kw):
     assert profile is not None and profile.batch_sizes.tolist() == [1, 2, 4]  # max_num_seqs 4
     assert (profile.steps >= 6).all()  # 6 rounds, 2 steady steps of each K a round (less a hold cut by a fresh batch)
     for b in (1, 2, 4):
-        rounds = sorted({r.round for r in rows if r.cost.num_slots == b})  # 6, and up to 12 while a ratio is unsettled
-        assert rounds == list(range(len(rounds))) and 6 <= len(rounds) <= 12
+        rounds = sorted({r.round for r in rows if r.cost.num_slots == b})  # 6, and up to 24 while a ratio is unsettled
+        assert rounds == list(range(len(rounds))) and 6 <= len(rounds) <= 24
         for k in range(3):
             assert sorted({r.round for r in rows if r.cost.num_slots == b and r.k == k}) == rounds
     assert (profile.seconds > 0).all() and (profile.verify > 0).all()
@@ -58,7 +58,8 @@ def test_profile_measures_every_k_at_every_batch_size(monkeypatch, method, kw):
 
 def test_profile_measures_more_rounds_while_a_ratio_is_unsettled(monkeypatch):
     """Past `rounds`, another round at a batch size while a K's ratio error there exceeds target_error (read from the
-    rows so far by cost_profile.ratio_errors), up to max_rounds (twice `rounds` by default)."""
+    rows so far by cost_profile.ratio_errors): up to twice `rounds`, then up to max_rounds (four times `rounds` by
+    default) while the rounds past `rounds` have taken less than extra_seconds."""
     config = make_config(method="mtp", k=2, steps=2, policy="adaptive")
     worker = Worker(dataclasses.replace(config, speculative_config=dataclasses.replace(
         config.speculative_config, profile_rounds=0)))  # no profile at start: measured below
@@ -72,6 +73,9 @@ def test_profile_measures_more_rounds_while_a_ratio_is_unsettled(monkeypatch):
     assert all(rounds_at(b) == [0, 1] for b in (1, 2, 4))
     rows.clear()
     cost_profiling.profile_step_costs(worker, rounds=2, target_error=0.0)  # never settled: the cap
+    assert all(rounds_at(b) == list(range(8)) for b in (1, 2, 4))
+    rows.clear()
+    cost_profiling.profile_step_costs(worker, rounds=2, target_error=0.0, extra_seconds=0.0)  # no time past 2x
     assert all(rounds_at(b) == [0, 1, 2, 3] for b in (1, 2, 4))
     rows.clear()
     cost_profiling.profile_step_costs(worker, rounds=2, max_rounds=5, target_error=0.0)
@@ -157,8 +161,8 @@ def test_profile_rows_cover_each_round(monkeypatch):
     Worker(dataclasses.replace(config, speculative_config=dataclasses.replace(
         config.speculative_config, profile_rounds=3)))
     for b in (1, 2):
-        # 3 rounds, and up to 6 while a ratio there is known only to more than TARGET_ERROR (a noisy machine: the
+        # 3 rounds, and up to 12 while a ratio there is known only to more than TARGET_ERROR (a noisy machine: the
         # extra rounds of profile_step_costs), every one of them holding each K
         measured = [sorted({r.round for r in rows if r.cost.num_slots == b and r.k == k}) for k in (0, 1)]
-        assert measured[0] == measured[1] == list(range(len(measured[0]))) and 3 <= len(measured[0]) <= 6, measured
+        assert measured[0] == measured[1] == list(range(len(measured[0]))) and 3 <= len(measured[0]) <= 12, measured
     assert np.all([r.cost.seconds > 0 for r in rows])

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import paddle
 import pytest
 
 from specworker.model_executor.slot_buffers import SlotBuffers, buffer_dims
-from specworker.spec_decode.mtp_buffers import DRAFT_BUFFERS
+from specworker.spec_decode.mtp_buffers import DRAFT_BUFFERS, DraftBatch
 from specworker.worker.input_batch import InputBatch
 from tests.worker.slot_patterns import (CONFIGS, assert_share_inputs, expected_per_slot, make_config, request,
                                         write_origin)
@@ -93,3 +94,60 @@ def test_follow_twice_is_refused():
             batch.follow(follower)
     with pytest.raises(ValueError, match="cannot follow itself"):
         batch.follow(batch)
+
+
+def test_draft_batch_skips_only_the_row_writes_that_change_nothing(monkeypatch):
+    """DraftBatch (the MTP proposer's batch) skips resetting, swapping or moving rows that hold their fills since
+    their last reset; under 400 random inserts, clears, swaps, condenses, reorders, draft prefills (write_row) and
+    draft-model rounds (mark_written, then every row written), it holds the same tensors as a plain SlotBuffers
+    following the same batch, and skips most resets while no round runs (a draft-less batch)."""
+    config = make_config("mtp_n5_k2")
+    batch = InputBatch(config, CPU)
+    dims = buffer_dims(config, hidden_size=8, vocab_size=16)
+    plain, draft = SlotBuffers(DRAFT_BUFFERS, dims, CPU), DraftBatch(DRAFT_BUFFERS, dims, CPU)
+    batch.follow(plain)
+    batch.follow(draft)
+    resets = {id(plain): 0, id(draft): 0}
+    reset_row = SlotBuffers._reset_row
+
+    def counted(self, slot):
+        if id(self) in resets:  # the followers' (the leader's own resets run here too)
+            resets[id(self)] += 1
+        return reset_row(self, slot)
+
+    monkeypatch.setattr(SlotBuffers, "_reset_row", counted)
+    rng = random.Random(5)
+    per_slot = [spec for spec in DRAFT_BUFFERS if spec.kind.name == "PER_SLOT"]
+    rounds_from = 200  # no draft round before: the draft-less stretch
+    for step in range(400):
+        occupied = [s for s in range(batch.num_slots) if batch.req_ids[s] is not None]
+        free = [s for s in range(batch.num_slots) if batch.req_ids[s] is None]
+        op = rng.choice(["insert", "insert", "clear", "swap", "condense", "reorder", "prefill", "round"])
+        if op == "insert" and free:
+            batch.insert(rng.choice(free), request(f"r{step}"))
+        elif op == "clear" and occupied:
+            batch.clear_slot(rng.choice(occupied))
+        elif op == "swap":
+            batch.swap_states(*rng.sample(range(batch.num_slots), 2))
+        elif op == "condense":
+            batch.condense()
+        elif op == "reorder":
+            batch.reorder_split_prefill_and_decode()
+        elif op == "prefill" and occupied:
+            slot, row = rng.choice(occupied), {"input_ids": [step, step + 1], "seq_lens_this_time": 2,
+                                               "stop_flags": False}
+            plain.write_row(slot, row)
+            draft.write_row(slot, row)
+        elif op == "round" and step >= rounds_from:
+            draft.mark_written()
+            for spec in per_slot:
+                values = np.random.default_rng(step).integers(0, 7, plain.share_inputs[spec.name].shape)
+                for b in (plain, draft):
+                    b.share_inputs[spec.name][:] = paddle.to_tensor(values.astype(spec.dtype))
+        for name in plain.share_inputs:
+            np.testing.assert_array_equal(draft.share_inputs[name].numpy(), plain.share_inputs[name].numpy(),
+                                          err_msg=f"step {step} ({op}): {name}")
+        if step == rounds_from - 1:
+            assert resets[id(draft)] < resets[id(plain)] / 3, resets
+    assert resets[id(draft)] < resets[id(plain)], resets
+
