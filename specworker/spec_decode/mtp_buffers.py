@@ -65,11 +65,11 @@ class DraftBatch(SlotBuffers):
             self.clean[slot] = True
 
     def _move_row(self, src: int, dst: int) -> None:
-        moved = bool(self.clean[src])
-        if moved and self.clean[dst]:
+        src_clean = bool(self.clean[src])
+        if src_clean and self.clean[dst]:
             return
         super()._move_row(src, dst)  # dst := src, then src reset (skipped when it was clean)
-        self.clean[dst] = moved
+        self.clean[dst] = src_clean
 
     def _swap_rows(self, i: int, j: int) -> None:
         if self.clean[i] and self.clean[j]:

@@ -713,10 +713,10 @@ class AdaptivePolicy(SpeculationPolicy):
         the prior) on the lead as known before them, with an intercept (the prior moves while it is learnt, and a
         common offset of every outcome is not the lead's), (Sxy + c) / (Sxx + c) over the centred sums, shrunk to the
         prior slope 1 (the plain estimate) by c = `carry_prior` (2: what 200 reaches at a lead of 0.1 weigh), clipped
-        to [0, 1]. Where requests accept alike, a slot's recent run of rejections says little
-        of its next steps: on the tiny pair at 16 slots the slots that finish last read E(2) 2.33 from their recent
-        steps and then emitted 2.60 a step, and the drain objective switched the tail to K = 0 (docs/adaptive.md,
-        "What a slot's lead carries"). Where they differ (a hard prompt, a copied span) the slope stays near 1."""
+        to [0, 1]. Where requests accept alike, a slot's recent run of rejections says little of its next steps: on
+        the tiny pair at 16 slots the slots that finish last read E(2) 2.33 from their recent steps and then emitted
+        2.60 a step, and the drain objective switched the tail to K = 0 (docs/adaptive.md, "What a slot's lead
+        carries"). Where they differ (a hard prompt, a copied span) the slope stays near 1."""
         x, y, xy, xx, reaches = self.carry_totals
         if reaches <= 0.0:
             return 1.0

@@ -25,9 +25,9 @@ __all__ = ["EXTRA_SECONDS", "PROFILE_PROMPT_LEN", "TARGET_ERROR", "profile_step_
 logger = logging.getLogger(__name__)
 
 PROFILE_PROMPT_LEN = 8  # tokens of each synthetic prompt
-TARGET_ERROR = 0.05  # past profile_rounds, rounds go on (up to twice as many) while a K's ratio error exceeds it
-# ... and past twice as many, up to four times, while the rounds past profile_rounds at the batch size have taken less
-# than this many seconds: a cheap step (the tiny pair) can afford the rounds a noisy machine needs, a dear one does not
+TARGET_ERROR = 0.05  # past profile_rounds, rounds go on while a K's ratio error exceeds it: up to twice as many, then
+# up to four times as many while the rounds past profile_rounds at the batch size have taken less than EXTRA_SECONDS (a
+# cheap step, the tiny pair's, can afford the rounds a noisy machine needs; a dear one cannot)
 EXTRA_SECONDS = 6.0
 _PREFIX = "__specworker_profile"  # request ids of the profile's requests
 
