@@ -12,7 +12,7 @@ import statistics
 
 import numpy as np
 
-__all__ = ["StepCost", "StepCostModel"]
+__all__ = ["RecentSteps", "StepCost", "StepCostModel"]
 
 
 def _weighted_median(values: list[float], weights: list[float]) -> float:
@@ -44,6 +44,61 @@ class StepCost:
     num_substeps: int  # draft-model substeps its proposer ran (0 for proposers without a model)
     seconds: float
     verify_seconds: float = 0.0  # of which pre_process, target forward and sampling / verify (StepOutput.seconds)
+
+
+class RecentSteps:
+    """The last `size` steady observations (K, B, seconds, drafts fed a slot), newest last, and the pairs they make
+    (docs/adaptive.md, "Paired costs"): an observation of another K than K* (the K observed most among them) against
+    the steps of K* it interrupted. StepCostModel and ProfiledCosts read them alike."""
+
+    def __init__(self, size: int = 16, pair_steps: int = 4):
+        self.pair_steps = pair_steps
+        self._steps: collections.deque[tuple[int, int, float, float]] = collections.deque(maxlen=size)
+        # per K among the steps: (how many, the index of its latest), kept as they come and go (current_k is read
+        # with every step's cost: a count over the deque was ~5 us of each)
+        self._counts: dict[int, list[int]] = {}
+        self._index = 0
+        self._star: int | None = None  # current_k, kept with the counts
+
+    def append(self, k: int, num_slots: int, seconds: float, drafts: float = 0.0) -> None:
+        """One steady step of K at batch size num_slots; drafts: the drafts it fed a slot (its mean)."""
+        gone = None
+        if len(self._steps) == self._steps.maxlen:
+            gone = self._steps[0][0]
+            self._counts[gone][0] -= 1
+        self._steps.append((k, num_slots, seconds, drafts))
+        self._index += 1
+        entry = self._counts.setdefault(k, [0, 0])
+        entry[0] += 1
+        entry[1] = self._index
+        star = self._star
+        if gone is not None and gone == star:  # K* lost a step: another K may have passed it
+            self._star = max((e[0], e[1], kk) for kk, e in self._counts.items() if e[0] > 0)[2]
+        elif star is None or entry[0] >= self._counts[star][0]:  # only k gained, and it is the latest: a tie is its
+            self._star = k
+
+    def current_k(self) -> int | None:
+        """K*: the K observed most in the last `size` steps (ties: the latest), None before any."""
+        return self._star
+
+    def pair(self, k: int, num_slots: int, seconds: float) -> tuple[int, float, float]:
+        """(K*, seconds / the median of K*'s last `pair_steps` seconds at this B among the recent steps, the mean
+        drafts a slot those steps fed) for an observation of another K than K* (an exploration's steady step against
+        the steps it interrupted); (-1, nan, nan) for K* itself or when K* has fewer than 3 recent steps at this B
+        (the median must outvote a load spike: in the warm-up, where every K takes turns, pairs of single steps read
+        0.45 for 1.23). One row per exploration step: rows of K* paired with one explored step would share its
+        noise."""
+        nothing = (-1, float("nan"), float("nan"))
+        partner = self._star
+        if partner is None or partner == k:
+            return nothing
+        level = [(t, n) for kk, bb, t, n in reversed(self._steps) if kk == partner and bb == num_slots]
+        level = level[:self.pair_steps]
+        if len(level) < 3:
+            return nothing
+        median = statistics.median(t for t, _ in level)
+        drafts = sum(n for _, n in level) / len(level)
+        return partner, seconds / median if median > 0 else float("nan"), drafts
 
 
 class StepCostModel:
@@ -89,7 +144,7 @@ class StepCostModel:
         self.recent, self.pair_steps, self.pair_support = recent, pair_steps, pair_support
         self.pair_trust = pair_trust  # a chain's T(B, K) is used within this factor of K's own fit
         # (K, B, seconds) of the last `recent` observations, newest last
-        self._recent: collections.deque[tuple[int, int, float]] = collections.deque(maxlen=recent)
+        self._steps = RecentSteps(recent, pair_steps)  # the last `recent` observations, and the pairs they make
         self.far = far  # support below which a K's prediction is transferred from a supported K (_transfer)
         # K -> [(B, seconds, verify seconds, T(B, 0) predicted then (seconds itself for K = 0; nan if unknown),
         #       the K paired with (-1: none), seconds / that K's recent seconds at B (nan: none))]
@@ -108,38 +163,18 @@ class StepCostModel:
             self.samples[k] = [row for row in self.samples[k] if self.nearness(row[0], cost.num_slots) < 0.5]
             self._unfitted[k] = max(self._unfitted.get(k, 0), self.refit_every)  # its cached fits are stale
         reference = cost.seconds if k == 0 else self._k0_now(cost.num_slots)
-        partner, ratio = self._pair(k, cost)
+        partner, ratio, _ = self._steps.pair(k, cost.num_slots, cost.seconds)
         row = (cost.num_slots, cost.seconds, cost.verify_seconds, reference, partner, ratio)
         self.samples[k] = (self.samples.get(k, []) + [row])[-self.window:]
-        self._recent.append((k, cost.num_slots, cost.seconds))
+        self._steps.append(k, cost.num_slots, cost.seconds)
         self.count[k] = self.count.get(k, 0) + 1
         self._unfitted[k] = self._unfitted.get(k, 0) + 1
         for key in self._since_any:
             self._since_any[key] += 1
 
-    def _pair(self, k: int, cost: StepCost) -> tuple[int, float]:
-        """(K*, seconds / the median of K*'s last `pair_steps` seconds at this B within the last `recent` steps)
-        for an observation of another K than K* (an exploration's steady step against the steps it interrupted);
-        (-1, nan) for K* itself or when K* has fewer than 3 recent steps at this B (the median must outvote a load
-        spike: in the warm-up, where every K takes turns, pairs of single steps read 0.45 for 1.23). One row per
-        exploration: rows of K* paired with one explored step would share its noise."""
-        b, partner = cost.num_slots, self.current_k()
-        if partner is None or partner == k:
-            return -1, float("nan")
-        level = [t for kk, bb, t in reversed(self._recent) if kk == partner and bb == b][:self.pair_steps]
-        if len(level) < 3:
-            return -1, float("nan")
-        median = statistics.median(level)
-        return partner, cost.seconds / median if median > 0 else float("nan")
-
     def current_k(self) -> int | None:
         """K*: the K observed most in the last `recent` steps (ties: the latest), None before any."""
-        if not self._recent:
-            return None
-        counts: dict[int, int] = {}
-        for kk, _, _ in self._recent:
-            counts[kk] = counts.get(kk, 0) + 1
-        return max(reversed([kk for kk, _, _ in self._recent]), key=counts.__getitem__)
+        return self._steps.current_k()
 
     def predict(self, num_slots: int, k_max: int) -> tuple[np.ndarray, np.ndarray]:
         """([k_max + 1] T, [k_max + 1] V) seconds at batch size num_slots at today's load: K* (current_k) from its
