@@ -6,7 +6,6 @@ between the two modes. Returns plain data (bench.json); printing and plotting li
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import platform
 import statistics
@@ -242,10 +241,6 @@ def _policies_one(config: WorkerConfig, prompts: Sequence[str], batch_size: int,
         result["adaptive_vs_best"] = adaptive_vs_best(timed, out)
         profile = workers["adaptive"].cost_profile  # the step costs it chose by (None: measured while serving)
         result["adaptive_cost_profile"] = None if profile is None else profile.to_dict()
-        if profile is not None:  # what the served pairs made of the profile's ratios by the end (ProfiledCosts)
-            costs = workers["adaptive"].runner.policy.costs
-            result["adaptive_served_correction"] = {
-                "factor": [[math.exp(c) for c in row] for row in costs.correction.tolist()], "pairs": costs.num_pairs}
     return result
 
 

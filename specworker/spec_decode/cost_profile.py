@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from specworker.spec_decode.policy import PolicyStep, SpeculationPolicy
-from specworker.spec_decode.step_cost_model import RecentSteps, StepCost, StepCostModel
+from specworker.spec_decode.step_cost_model import StepCost, StepCostModel
 
 __all__ = ["CostProfile", "ProfilePolicy", "ProfiledCosts", "ProfileRow", "build_profile", "prefill_cost",
            "profile_batch_sizes", "ratio_errors"]
@@ -136,19 +136,8 @@ def _ratio_error(ratios: list[float]) -> float:
 class ProfiledCosts:
     """What the adaptive policy reads of step costs (StepCostModel's interface), from a CostProfile: T(B, 0) is
     interpolated linearly in B between the measured batch sizes (a step's cost is near affine in B) and each K's
-    ratio to it linearly in ln B; beyond the measured sizes, the nearest.
-
-    Served pairs (docs/adaptive.md, "Profiled costs corrected by served pairs"): each K's ratio at each measured
-    size carries a correction factor exp(c), learnt from the steps served. A steady step of another K than the one
-    the batch runs (an exploration), against the median of the steps of that K it interrupted at the same B
-    (RecentSteps), reads ln T(B, n') - ln T(B, n), n and n' the drafts a slot each side fed (trimmed slots feed fewer),
-    with noise `pair_noise` (one step against a median of a few: on the tiny pair at 16 slots their logs spread
-    0.08-0.17 about ratios within 2% of the fixed policies' own; each counts at most `clip` deviations from the
-    correction so far); the c are its linear Gaussian fit, each c_gn shrunk to 0 with the variance of the profile's
-    error there plus `served_bias` squared (what no round of the profile can show: its contexts are not the served
-    ones). A profile read 6-10% off at one size (machine noise in its few rounds) is so
-    pulled towards the served ratio by the explorations the policy makes anyway. relative_error is the profile's
-    error shrunk as the correction's posterior deviation shrinks. Absolute seconds (T(B, 0)) stay the profile's.
+    ratio to it linearly in ln B; beyond the measured sizes, the nearest. Nothing measured while serving moves it:
+    `add` only counts.
 
     `fill` [K]: the share of steps allowed draft j that fed one (AdaptivePolicy keeps it): a lookup proposer finds
     no draft in many steps, and a step allowed K drafts then costs what it feeds, T at n = sum_{j <= K} fill_j drafts
@@ -157,86 +146,20 @@ class ProfiledCosts:
 
     profiled = True
 
-    def __init__(self, profile: CostProfile, *, bandwidth: float = 0.35, pair_noise: float = 0.12,
-                 served_bias: float = 0.03, clip: float = 2.5, recent: int = 16, pair_steps: int = 4):
+    def __init__(self, profile: CostProfile, *, bandwidth: float = 0.35):
         self.profile = profile
         self.bandwidth = bandwidth  # nearness()'s kernel width, as StepCostModel's
         self.prefill_per_token = profile.prefill_per_token  # proposer seconds per prompt token prefilled
         k = profile.k_max
         # steps per K (the policy's evidence counts: every K is measured before the first request)
         self.count: dict[int, int] = {i: int(profile.steps[:, i].sum()) for i in range(k + 1)}
-        self.observed: dict[int, int] = {}  # steady steps served per K (metrics)
+        self.observed: dict[int, int] = {}  # steady steps served per K (metrics; no effect on predictions)
         self.fill = np.ones(k)
-        self.pair_noise, self.served_bias, self.clip = pair_noise, served_bias, clip
-        self._steps = RecentSteps(recent, pair_steps)
-        # the served correction's linear Gaussian fit over c [G, K] (K >= 1; K = 0's ratio is 1 by definition):
-        # information matrix and vector, the prior's variances, and the posterior mean (`correction`, [G, K + 1]
-        # with a zero column for K = 0) and deviation over the prior's (`shrink`, [G, K + 1])
-        self._prior_variance = (profile.error[:, 1:] ** 2 + served_bias ** 2).ravel()
-        self._information = np.diag(1.0 / self._prior_variance)
-        self._evidence = np.zeros(self._prior_variance.size)
-        self.correction = np.zeros_like(profile.seconds)
-        self.shrink = np.ones_like(profile.seconds)
-        self.num_pairs = 0  # served pairs learnt from
-        self.version = 0  # bumped whenever the predictions change other than by the fill (the policy's cache key)
         self._cache: dict[tuple[int, int, bytes], tuple[np.ndarray, np.ndarray]] = {}  # predict's, by fill
         self._tables: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # B -> _at's
 
     def add(self, k: int, cost: StepCost, *, replace_near: bool = False) -> None:
-        """One steady step served at K: counted, and where it pairs with the steps of the batch's K it interrupted
-        (RecentSteps.pair), learnt from (_learn) at the drafts a slot each side fed: a step of K whose slots were
-        trimmed (or whose lookup found less) costs what it fed, not what K would with every draft. (Learnt at K,
-        explorations of K = 2 against K = 3's trimmed steps at 16 slots on the tiny pair read T(16, 3) at 0.81x the
-        profile, where fixed k = 3's steps ran 0.85x of it, and the policy ran K = 3 in some repetitions: 0.956 of
-        fixed k = 2.)"""
         self.observed[k] = self.observed.get(k, 0) + 1
-        drafts = cost.num_drafts / max(cost.num_slots, 1)
-        partner, ratio, partner_drafts = self._steps.pair(k, cost.num_slots, cost.seconds)
-        self._steps.append(k, cost.num_slots, cost.seconds, drafts)
-        if partner >= 0 and ratio > 0 and math.isfinite(ratio):
-            self._learn(cost.num_slots, partner_drafts, drafts, math.log(ratio))
-
-    def _learn(self, num_slots: int, fed_from: float, fed_to: float, log_ratio: float) -> None:
-        """One served pair, ln T(B, fed_to) - ln T(B, fed_from) = log_ratio (T at the drafts fed a slot), into the
-        correction's fit: linear in c at c = 0 (exact at a measured size and an integer count; a first-order mix of
-        the neighbours between them)."""
-        grad_to, at_to = self._log_gradient(num_slots, fed_to)
-        grad_from, at_from = self._log_gradient(num_slots, fed_from)
-        row = (grad_to - grad_from)[:, 1:].ravel()
-        # against the profile as corrected so far, a pair counts at most `clip` deviations off (a load spike in the
-        # explored step or in the steps it is read against), then as read against the uncorrected profile
-        known = float(row @ self.correction[:, 1:].ravel())
-        off = log_ratio - (at_to - at_from) - known
-        limit = self.clip * self.pair_noise
-        residual = known + min(max(off, -limit), limit)
-        noise = self.pair_noise ** 2
-        self._information += np.outer(row, row) / noise
-        self._evidence += row * residual / noise
-        covariance = np.linalg.inv(self._information)
-        shape = (len(self.profile.batch_sizes), self.profile.k_max)
-        self.correction[:, 1:] = (covariance @ self._evidence).reshape(shape)
-        self.shrink[:, 1:] = np.sqrt(np.diag(covariance) / self._prior_variance).reshape(shape)
-        self.num_pairs += 1
-        self.version += 1
-        self._cache.clear()
-        self._tables.clear()
-
-    def _log_gradient(self, num_slots: int, fed: float) -> tuple[np.ndarray, float]:
-        """([G, K + 1] d ln T / d c_gn, ln T) of the uncorrected profile at batch size num_slots and `fed` drafts a
-        slot: T = T0(B) sum_n u_n sum_g w_g r_gn, w the ln B interpolation's weights over the measured sizes, u the
-        linear interpolation's over the integer draft counts n (at most k_max), r_gn = T(g, n) / T(g, 0); a factor
-        exp(c_gn) on r_gn moves ln T by the share of T that r_gn carries."""
-        p = self.profile
-        sizes = p.batch_sizes.astype(np.float64)
-        at = math.log(max(float(num_slots), 1.0))
-        counts = np.arange(p.k_max + 1)
-        eye = np.eye(len(sizes))
-        w = np.array([np.interp(at, np.log(sizes), row) for row in eye])  # [G]
-        u = np.array([np.interp(fed, counts, row) for row in np.eye(p.k_max + 1)])  # [K + 1]
-        share = w[:, None] * (p.seconds / p.seconds[:, :1]) * u[None, :]  # [G, K + 1]
-        total = float(share.sum())
-        t0 = float(np.interp(float(num_slots), sizes, p.seconds[:, 0]))
-        return share / total, math.log(t0 * total)
 
     nearness = StepCostModel.nearness  # the same kernel weight (it reads only `bandwidth`)
 
@@ -252,13 +175,10 @@ class ProfiledCosts:
         sizes = p.batch_sizes.astype(np.float64)
         b = float(num_slots)
         logs, at = np.log(sizes), math.log(max(b, 1.0))
-        factor = np.exp(self.correction)  # [G, K + 1] the served correction of each ratio
         t0, v0 = np.interp(b, sizes, p.seconds[:, 0]), np.interp(b, sizes, p.verify[:, 0])
-        t_ratio = np.array([np.interp(at, logs, factor[:, k] * p.seconds[:, k] / p.seconds[:, 0])
-                            for k in range(p.k_max + 1)])
-        v_ratio = np.array([np.interp(at, logs, factor[:, k] * p.verify[:, k] / p.verify[:, 0])
-                            for k in range(p.k_max + 1)])
-        error = np.array([np.interp(at, logs, self.shrink[:, k] * p.error[:, k]) for k in range(p.k_max + 1)])
+        t_ratio = np.array([np.interp(at, logs, p.seconds[:, k] / p.seconds[:, 0]) for k in range(p.k_max + 1)])
+        v_ratio = np.array([np.interp(at, logs, p.verify[:, k] / p.verify[:, 0]) for k in range(p.k_max + 1)])
+        error = np.array([np.interp(at, logs, p.error[:, k]) for k in range(p.k_max + 1)])
         return t0 * t_ratio, v0 * v_ratio, error
 
     def predict(self, num_slots: int, k_max: int) -> tuple[np.ndarray, np.ndarray]:

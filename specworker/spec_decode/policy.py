@@ -498,9 +498,9 @@ class AdaptivePolicy(SpeculationPolicy):
           (relative_error, `confidence` standard errors down). A batch that may draft and runs K = 0 explores K = 1,
           so keeping the drafts is how that doubt is ever resolved: on SmolLM2's MTP head at 4 slots the warm-up's
           verifications read position 1 as 0.54 (0.61 once K = 1 ran), D(1) / D(0) 1.04-1.09 on them, every request
-          was admitted draft-less, where fixed k = 1 is 1.05-1.08x of `none`. With profiled costs only the served
-          pairs narrow the profile's cost doubt, slowly (ProfiledCosts), so K = 1's is judged as K >= 2's is
-          (below), at its optimistic acceptance.
+          was admitted draft-less, where fixed k = 1 is 1.05-1.08x of `none`. With profiled costs nothing served
+          narrows the profile's cost doubt, so K = 1's is judged as K >= 2's is (below), at its optimistic
+          acceptance.
         - No K >= 2 is expected to beat K = 0 by more than keeping drafts costs: its regret E[max(0, gain over
           K = 0)], the gain taken as normal about the point estimate with the acceptance and cost doubts above
           combined (not both at once), must be at most `switch_margin` plus explore_overhead times the probability
@@ -547,8 +547,8 @@ class AdaptivePolicy(SpeculationPolicy):
             gain, doubt = point - point[0], np.hypot(optimistic - point, point * cost_error / (1 - cost_error))
             gain[1], doubt[1] = optimistic[1] - point[0], optimistic[1] * cost_error[1] / (1 - cost_error[1])
         # K = 1 at its optimistic acceptance; its cost doubt too where the costs are learnt while serving (a batch at
-        # K = 0 explores K = 1, which measures both), as regret where they come from the profile (its served pairs
-        # narrow that doubt only slowly); K >= 2 as regret only
+        # K = 0 explores K = 1, which measures both), as regret where they come from the profile (nothing served
+        # narrows that doubt); K >= 2 as regret only
         judged = slice(1 if self.profiled else 2, None)
         if not (first or self.profiled) or self.k_max < judged.start:
             return bool(first), runner_up
@@ -1011,10 +1011,9 @@ class AdaptivePolicy(SpeculationPolicy):
     def _drain_costs(self, size: int) -> np.ndarray:
         """[size, K + 1] T(size - i, K) of drain_seconds' segments i (the slots still decoding in each), read at the
         points of _drain_grid and interpolated linearly in B between them. Profiled costs change only with the fill
-        (set_fill) and the served pairs (their version): the table is kept per (size, fill, version), which spares a
-        decision ~15 numpy calls (a numpy call costs ~5 us inside a worker's step); costs learnt while serving change
-        every step and are read afresh."""
-        key = (size, self.costs.fill.tobytes(), self.costs.version) if self.profiled else None
+        (set_fill): the table is kept per (size, fill), which spares a decision ~15 numpy calls (a numpy call costs
+        ~5 us inside a worker's step); costs learnt while serving change every step and are read afresh."""
+        key = (size, self.costs.fill.tobytes()) if self.profiled else None
         if key is not None and key in self._drain_tables:
             return self._drain_tables[key]
         grid = _drain_grid(size)

@@ -47,26 +47,26 @@ class StepCost:
 
 
 class RecentSteps:
-    """The last `size` steady observations (K, B, seconds, drafts fed a slot), newest last, and the pairs they make
-    (docs/adaptive.md, "Paired costs"): an observation of another K than K* (the K observed most among them) against
-    the steps of K* it interrupted. StepCostModel and ProfiledCosts read them alike."""
+    """The last `size` steady observations (K, B, seconds), newest last, and the pairs they make (docs/adaptive.md,
+    "Paired costs"): an observation of another K than K* (the K observed most among them) against the steps of K*
+    it interrupted."""
 
     def __init__(self, size: int = 16, pair_steps: int = 4):
         self.pair_steps = pair_steps
-        self._steps: collections.deque[tuple[int, int, float, float]] = collections.deque(maxlen=size)
+        self._steps: collections.deque[tuple[int, int, float]] = collections.deque(maxlen=size)
         # per K among the steps: (how many, the index of its latest), kept as they come and go (current_k is read
         # with every step's cost: a count over the deque was ~5 us of each)
         self._counts: dict[int, list[int]] = {}
         self._index = 0
         self._star: int | None = None  # current_k, kept with the counts
 
-    def append(self, k: int, num_slots: int, seconds: float, drafts: float = 0.0) -> None:
-        """One steady step of K at batch size num_slots; drafts: the drafts it fed a slot (its mean)."""
+    def append(self, k: int, num_slots: int, seconds: float) -> None:
+        """One steady step of K at batch size num_slots."""
         gone = None
         if len(self._steps) == self._steps.maxlen:
             gone = self._steps[0][0]
             self._counts[gone][0] -= 1
-        self._steps.append((k, num_slots, seconds, drafts))
+        self._steps.append((k, num_slots, seconds))
         self._index += 1
         entry = self._counts.setdefault(k, [0, 0])
         entry[0] += 1
@@ -81,24 +81,20 @@ class RecentSteps:
         """K*: the K observed most in the last `size` steps (ties: the latest), None before any."""
         return self._star
 
-    def pair(self, k: int, num_slots: int, seconds: float) -> tuple[int, float, float]:
-        """(K*, seconds / the median of K*'s last `pair_steps` seconds at this B among the recent steps, the mean
-        drafts a slot those steps fed) for an observation of another K than K* (an exploration's steady step against
-        the steps it interrupted); (-1, nan, nan) for K* itself or when K* has fewer than 3 recent steps at this B
-        (the median must outvote a load spike: in the warm-up, where every K takes turns, pairs of single steps read
-        0.45 for 1.23). One row per exploration step: rows of K* paired with one explored step would share its
-        noise."""
-        nothing = (-1, float("nan"), float("nan"))
+    def pair(self, k: int, num_slots: int, seconds: float) -> tuple[int, float]:
+        """(K*, seconds / the median of K*'s last `pair_steps` seconds at this B among the recent steps) for an
+        observation of another K than K* (an exploration's steady step against the steps it interrupted); (-1, nan)
+        for K* itself or when K* has fewer than 3 recent steps at this B (the median must outvote a load spike: in
+        the warm-up, where every K takes turns, pairs of single steps read 0.45 for 1.23). One row per exploration:
+        rows of K* paired with one explored step would share its noise."""
         partner = self._star
         if partner is None or partner == k:
-            return nothing
-        level = [(t, n) for kk, bb, t, n in reversed(self._steps) if kk == partner and bb == num_slots]
-        level = level[:self.pair_steps]
+            return -1, float("nan")
+        level = [t for kk, bb, t in reversed(self._steps) if kk == partner and bb == num_slots][:self.pair_steps]
         if len(level) < 3:
-            return nothing
-        median = statistics.median(t for t, _ in level)
-        drafts = sum(n for _, n in level) / len(level)
-        return partner, seconds / median if median > 0 else float("nan"), drafts
+            return -1, float("nan")
+        median = statistics.median(level)
+        return partner, seconds / median if median > 0 else float("nan")
 
 
 class StepCostModel:
@@ -143,7 +139,6 @@ class StepCostModel:
         self.window, self.outlier, self.bandwidth, self.refit_every = window, outlier, bandwidth, refit_every
         self.recent, self.pair_steps, self.pair_support = recent, pair_steps, pair_support
         self.pair_trust = pair_trust  # a chain's T(B, K) is used within this factor of K's own fit
-        # (K, B, seconds) of the last `recent` observations, newest last
         self._steps = RecentSteps(recent, pair_steps)  # the last `recent` observations, and the pairs they make
         self.far = far  # support below which a K's prediction is transferred from a supported K (_transfer)
         # K -> [(B, seconds, verify seconds, T(B, 0) predicted then (seconds itself for K = 0; nan if unknown),
@@ -163,7 +158,7 @@ class StepCostModel:
             self.samples[k] = [row for row in self.samples[k] if self.nearness(row[0], cost.num_slots) < 0.5]
             self._unfitted[k] = max(self._unfitted.get(k, 0), self.refit_every)  # its cached fits are stale
         reference = cost.seconds if k == 0 else self._k0_now(cost.num_slots)
-        partner, ratio, _ = self._steps.pair(k, cost.num_slots, cost.seconds)
+        partner, ratio = self._steps.pair(k, cost.num_slots, cost.seconds)
         row = (cost.num_slots, cost.seconds, cost.verify_seconds, reference, partner, ratio)
         self.samples[k] = (self.samples.get(k, []) + [row])[-self.window:]
         self._steps.append(k, cost.num_slots, cost.seconds)

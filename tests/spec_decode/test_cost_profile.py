@@ -174,10 +174,9 @@ def _adaptive(k_max=2, profile=None, num_slots=4):
     return policy
 
 
-def _run(policy, steps, live, accept=0.9, seed=0, until=None, seconds=None, noise=0.0):
+def _run(policy, steps, live, accept=0.9, seed=0, until=None):
     """Steps where each draft is accepted with probability `accept` (at most `steps`; fewer once until(policy) holds);
-    returns the batch K chosen each step. seconds: [K + 1] the true step costs, served (times a log-normal load of
-    deviation `noise`) as each step's cost of the previous cycle; None: no costs served."""
+    returns the batch K chosen each step."""
     rng = np.random.default_rng(seed)
     live = np.array(live)
     allowed = np.zeros(len(live), np.int64)
@@ -185,12 +184,7 @@ def _run(policy, steps, live, accept=0.9, seed=0, until=None, seconds=None, nois
     for _ in range(steps):
         accepted = np.array([int(np.argmin(np.append(rng.random(a) < accept, False))) for a in allowed])
         emitted = np.where(live, accepted + 1, 0)
-        cost = None
-        if seconds is not None:
-            k = int(allowed.max())
-            cost = StepCost(num_slots=int(live.sum()), num_drafts=int(allowed.sum()), num_substeps=k,
-                            seconds=seconds[k] * float(np.exp(noise * rng.standard_normal())))
-        allowed = policy.choose(_step(live, cost=cost, drafted=np.where(live, allowed, 0), emitted=emitted))
+        allowed = policy.choose(_step(live, drafted=np.where(live, allowed, 0), emitted=emitted))
         allowed = np.where(live, allowed, 0)
         ks.append(int(allowed.max()))
         if until is not None and until(policy):
@@ -288,8 +282,8 @@ def test_adaptive_on_a_profile_warms_position_2_of_k2_and_up():
 
 def test_adaptive_on_a_profile_demotes_only_where_k0_is_settled():
     """K = 1 costs 1.5x and position 1 is accepted half the time: the point estimates choose K = 0 by a hair, and
-    at its optimistic acceptance K = 1 is 1.8% ahead. The profile measured K = 1's cost only to +-30%, which no
-    served pair narrows here (no step costs are served), so K = 1 may well be the faster: admission would not settle K = 0 (the regret of going
+    at its optimistic acceptance K = 1 is 1.8% ahead. The profile measured K = 1's cost only to +-30%, which nothing
+    served narrows, so K = 1 may well be the faster: admission would not settle K = 0 (the regret of going
     draft-less exceeds what keeping drafts costs), and the batch is not demoted: it keeps exploring. Measured to
     +-1%, the regret is the 1.8%, within the switch margin, and the same batch is demoted."""
     for error, demoted in ((0.3, False), (0.01, True)):
@@ -304,116 +298,3 @@ def test_adaptive_on_a_profile_demotes_only_where_k0_is_settled():
         else:
             assert policy.zero_decisions >= 2 and not policy._no_drafts_verdict(4, None)[0]
             assert policy.num_demoted == 0 and any(k > 0 for k in ks[200:])
-
-
-def _pairs(costs, b, k_star, k, ratio, count, spike=1.0):
-    """`count` explorations at batch size b: 4 steady steps of k_star at 1 s, then one of k at `ratio` s (x `spike`
-    on the first)."""
-    for i in range(count):
-        for _ in range(4):
-            costs.add(k_star, StepCost(num_slots=b, num_drafts=b * k_star, num_substeps=k_star, seconds=1.0))
-        t = ratio * (spike if i == 0 else 1.0)
-        costs.add(k, StepCost(num_slots=b, num_drafts=b * k, num_substeps=k, seconds=t))
-
-
-def test_profiled_costs_move_towards_the_ratios_served_pairs_read():
-    """The profile reads T(16, 1) / T(16, 2) as 1.5 / 2.0; explorations served read it 1.65 / 2.0. Each pair (one
-    step of the explored K against the median of the steps it interrupted) pulls the ratio towards what it read
-    (both K's ratios to K = 0 move, each by its share of the profile's error),
-    weighted against the profile's error: a few pairs move it part of the way, many all but all of it; the error the
-    policy reads shrinks. A size far from the pairs keeps the profile's ratios; between, they move in part."""
-    profile = CostProfile(batch_sizes=np.array([4, 16, 64]), seconds=np.array([[1.0, 1.2, 1.4], [1.0, 1.5, 2.0],
-                                                                               [1.0, 2.0, 3.0]]),
-                          verify=np.array([[0.5, 0.6, 0.7], [0.5, 0.75, 1.0], [0.5, 1.0, 1.5]]),
-                          error=np.array([[0.0, 0.05, 0.05]] * 3), steps=np.full((3, 3), 6))
-    costs = ProfiledCosts(profile)
-    before_error = costs.relative_error(16, 2)
-    _pairs(costs, 16, 2, 1, 1.65 / 2.0, 4)
-    few = costs.predict(16, 2)[0]
-    assert costs.num_pairs == 4 and few[0] == 1.0  # T(B, 0) stays the profile's
-    assert 0.76 < few[1] / few[2] < 0.81  # part of the way from 0.75 to 0.825 (both K move: a pair reads their ratio)
-    _pairs(costs, 16, 2, 1, 1.65 / 2.0, 200)
-    many, verify = costs.predict(16, 2)
-    assert many[1] / many[2] == pytest.approx(1.65 / 2.0, rel=0.01)
-    np.testing.assert_allclose(verify, 0.5 * many)  # the verify part scaled alike
-    after_error = costs.relative_error(16, 2)
-    # pairs of K = 1 and K = 2 pin their ratio to each other, not either's to K = 0: each error shrinks, by ~1 / sqrt(2)
-    assert after_error[0] == 0.0 and (after_error[1:] < 0.75 * before_error[1:]).all()
-    np.testing.assert_allclose(costs.predict(4, 2)[0], [1.0, 1.2, 1.4])  # a measured size without pairs: as profiled
-    between = costs.predict(8, 2)[0] / costs.predict(8, 2)[0][0]
-    untouched = ProfiledCosts(profile).predict(8, 2)[0] / ProfiledCosts(profile).predict(8, 2)[0][0]
-    assert between[1] > untouched[1] + 0.01
-
-
-def test_profiled_costs_learn_only_from_pairs_and_clip_a_spike():
-    """A step of the batch's own K, or an explored step without 3 recent steps of that K at its batch size, is no
-    pair; a pair whose step met a load spike (5x) counts only `clip` deviations off, so a single one moves the ratio
-    no more than a few ordinary pairs would."""
-    profile = CostProfile(batch_sizes=np.array([16]), seconds=np.array([[1.0, 1.5, 2.0]]),
-                          verify=np.array([[0.5, 0.75, 1.0]]), error=np.array([[0.0, 0.05, 0.05]]),
-                          steps=np.full((1, 3), 6))
-    costs = ProfiledCosts(profile)
-    for k in (2, 2, 1, 2, 2):  # K = 1 after 2 steps of K = 2: no pair (3 needed)
-        costs.add(k, StepCost(num_slots=16, num_drafts=16 * k, num_substeps=k, seconds=float(k)))
-    costs.add(1, StepCost(num_slots=8, num_drafts=8, num_substeps=1, seconds=1.0))  # another batch size: none
-    assert costs.num_pairs == 0 and costs.version == 0 and (costs.correction == 0).all()
-    spiked = ProfiledCosts(profile)
-    _pairs(spiked, 16, 2, 1, 0.75, 1, spike=5.0)
-    moved = np.log(spiked.predict(16, 2)[0][1] / 1.5)
-    assert spiked.num_pairs == 1 and 0 < moved < spiked.clip * spiked.pair_noise
-
-
-def test_adaptive_on_a_profile_leaves_a_k_that_served_pairs_show_slower():
-    """The profile reads K = 1 at 1.35x K = 0 where it costs 1.65x, K = 2 at 2x: at acceptance 0.8, K = 1's rate
-    reads 1.33 a second against K = 2's 1.22, where it is 1.09. With the served steps' costs (5% load noise) the
-    explorations' pairs correct the profile, and the policy moves to K = 2; served no costs, it stays at K = 1."""
-    truth = np.array([1.0, 1.65, 2.0])
-    profile = CostProfile(batch_sizes=np.array([16]), seconds=np.array([[1.0, 1.35, 2.0]]),
-                          verify=np.array([[0.5, 0.675, 1.0]]), error=np.array([[0.0, 0.05, 0.05]]),
-                          steps=np.full((1, 3), 6))
-    for served, k in ((truth, 2), (None, 1)):
-        policy = AdaptivePolicy(16, 2)
-        policy.use_profile(profile)
-        ks = _run(policy, 1500, [True] * 16, accept=0.8, seconds=served, noise=0.05)
-        assert ks[-100:].count(k) >= 95, (served is not None, ks[-100:])
-        assert (policy.costs.num_pairs > 5) == (served is not None)
-
-
-def test_recent_steps_name_the_k_run_most_and_pair_others_with_its_median():
-    """K* is the K most frequent among the last `size` steps, a tie going to the one seen last (kept incrementally:
-    checked against a count over the window for random sequences); a step of another K pairs with the median of
-    K*'s last `pair_steps` steps at its batch size, once there are 3."""
-    import collections
-    from specworker.spec_decode.step_cost_model import RecentSteps
-
-    rng = np.random.default_rng(0)
-    steps, window = RecentSteps(16, 4), collections.deque(maxlen=16)
-    assert steps.current_k() is None
-    for k in rng.choice([0, 1, 2, 2, 3], 2000):
-        steps.append(int(k), 4, 1.0)
-        window.append(int(k))
-        counts = collections.Counter(window)
-        most = max(counts.values())
-        assert steps.current_k() == next(kk for kk in reversed(window) if counts[kk] == most)
-    paired = RecentSteps(16, 4)
-    for seconds, drafts in ((9.0, 2.0), (1.0, 1.5), (2.0, 1.0)):
-        paired.append(2, 8, seconds, drafts)
-    assert paired.pair(2, 8, 5.0)[0] == -1  # K* itself: no pair
-    assert paired.pair(1, 8, 1.0) == (2, 0.5, 1.5)  # against the median of 9, 1, 2; their mean drafts a slot
-    assert paired.pair(1, 4, 1.0)[0] == -1  # no step of K* at that batch size
-
-
-def test_profiled_costs_read_a_pair_at_the_drafts_each_side_fed():
-    """K = 3 runs trimmed to 2 drafts a slot (per-slot trimming), costing what the profile says 2 drafts cost; an
-    exploration of K = 2 then costs the same. Read at the drafts fed, the pairs agree with the profile and nothing
-    moves; read at the K allowed, they would say K = 3 costs what K = 2 does."""
-    profile = CostProfile(batch_sizes=np.array([16]), seconds=np.array([[1.0, 1.5, 2.0, 2.5]]),
-                          verify=np.array([[0.5, 0.75, 1.0, 1.25]]), error=np.array([[0.0, 0.05, 0.05, 0.05]]),
-                          steps=np.full((1, 4), 6))
-    costs = ProfiledCosts(profile)
-    for _ in range(50):
-        for _ in range(4):
-            costs.add(3, StepCost(num_slots=16, num_drafts=32, num_substeps=3, seconds=2.0))  # trimmed to 2 a slot
-        costs.add(2, StepCost(num_slots=16, num_drafts=32, num_substeps=2, seconds=2.0))
-    assert costs.num_pairs == 50
-    np.testing.assert_allclose(costs.predict(16, 3)[0], [1.0, 1.5, 2.0, 2.5], rtol=1e-9)

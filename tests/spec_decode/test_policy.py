@@ -1,6 +1,8 @@
 """Speculation policies on synthetic numbers (pure Python): fixed, schedule by batch size, adaptive's choice from
 given acceptance and step costs, per-request caps following slot moves, expected_tokens by hand."""
 
+import collections
+
 import numpy as np
 import pytest
 
@@ -8,7 +10,7 @@ from specworker.config import SpeculativeConfig
 from specworker.slot_request import SlotRequest
 from specworker.spec_decode.policy import (AdaptivePolicy, FixedPolicy, PolicyStep, SchedulePolicy, build_policy,
                                            expected_excess, expected_tokens)
-from specworker.spec_decode.step_cost_model import StepCost, StepCostModel
+from specworker.spec_decode.step_cost_model import RecentSteps, StepCost, StepCostModel
 from tests.spec_decode.synthetic_costs import SyntheticCostModel, adaptive_with
 
 
@@ -1070,3 +1072,24 @@ def test_adaptive_keeps_a_repeated_decision_longer():
     assert policy.last_k == 0
     # the first decision after the change still ran the 32-step period; K = 0 then keeps 8, then 16 steps
     assert [period for _, period in decided][:1] == [32] and np.diff([n for n, _ in decided]).tolist()[:2] == [8, 16]
+
+
+def test_recent_steps_name_the_k_run_most_and_pair_others_with_its_median():
+    """K* is the K most frequent among the last `size` steps, a tie going to the one seen last (kept incrementally:
+    checked against a count over the window for random sequences); a step of another K pairs with the median of
+    K*'s last `pair_steps` steps at its batch size, once there are 3."""
+    rng = np.random.default_rng(0)
+    steps, window = RecentSteps(16, 4), collections.deque(maxlen=16)
+    assert steps.current_k() is None
+    for k in rng.choice([0, 1, 2, 2, 3], 2000):
+        steps.append(int(k), 4, 1.0)
+        window.append(int(k))
+        counts = collections.Counter(window)
+        most = max(counts.values())
+        assert steps.current_k() == next(kk for kk in reversed(window) if counts[kk] == most)
+    paired = RecentSteps(16, 4)
+    for seconds in (9.0, 1.0, 2.0):
+        paired.append(2, 8, seconds)
+    assert paired.pair(2, 8, 5.0)[0] == -1  # K* itself: no pair
+    assert paired.pair(1, 8, 1.0) == (2, 0.5)  # against the median of 9, 1, 2
+    assert paired.pair(1, 4, 1.0)[0] == -1  # no step of K* at that batch size
