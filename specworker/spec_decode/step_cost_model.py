@@ -137,7 +137,7 @@ class StepCostModel:
         self.rescale_beyond = rescale_beyond
         self.prefill_per_token = 0.0  # proposer seconds per prompt token prefilled: not measured while serving
         self.window, self.outlier, self.bandwidth, self.refit_every = window, outlier, bandwidth, refit_every
-        self.recent, self.pair_steps, self.pair_support = recent, pair_steps, pair_support
+        self.pair_support = pair_support
         self.pair_trust = pair_trust  # a chain's T(B, K) is used within this factor of K's own fit
         self._steps = RecentSteps(recent, pair_steps)  # the last `recent` observations, and the pairs they make
         self.far = far  # support below which a K's prediction is transferred from a supported K (_transfer)
