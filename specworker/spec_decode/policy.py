@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -41,8 +42,13 @@ class PolicyStep:
     emitted: np.ndarray  # [N] int64: tokens this step emitted (accept_num; drafted + 1 at most)
     cost: StepCost | None  # the previous step, when it was a pure decode step
     # [N] int64 tokens each slot may still emit after this step at most (max_tokens less what it has), when no
-    # request waits for a slot (the batch drains); None: requests wait, or the caller does not know
-    remaining: np.ndarray | None = None
+    # request waits for a slot (the batch drains), or a function that builds them (the worker's: they are read only
+    # when a decision is made, a few steps in 40); None: requests wait, or the caller does not know
+    remaining: np.ndarray | Callable[[], np.ndarray] | None = None
+
+    def remaining_tokens(self) -> np.ndarray | None:
+        """`remaining`, built if it is a function."""
+        return self.remaining() if callable(self.remaining) else self.remaining
 
 
 def expected_tokens(accept: np.ndarray) -> np.ndarray:
@@ -108,7 +114,7 @@ class SpeculationPolicy:
     """
 
     steady_k = False
-    reads_remaining = False  # choose reads PolicyStep.remaining (the worker builds it only then)
+    reads_remaining = False  # choose reads PolicyStep.remaining (the worker passes it only then)
 
     def __init__(self, num_slots: int, k_max: int, *, pin_sampled: bool = False):
         """pin_sampled: sampled requests keep k_b = cap (their tokens depend on k_b under the verify strategy)."""
@@ -147,11 +153,6 @@ class SpeculationPolicy:
 
     def may_draft(self, slot: int) -> bool:
         return bool(self.cap[slot] > 0)
-
-    def may_read_remaining(self) -> bool:
-        """Whether the next choose may read PolicyStep.remaining (the worker builds it, a loop over the running requests,
-        only then): reads_remaining, and some admitted request may still draft."""
-        return self.reads_remaining
 
     def choose(self, step: PolicyStep) -> np.ndarray:
         """[N] int64 k_b for next step: the policy's choice, capped per request (pinned slots and slots not live:
@@ -419,12 +420,6 @@ class AdaptivePolicy(SpeculationPolicy):
         self.draftless[slot] = False
         self.fresh[slot] = False
         self.admitted[slot] = False
-
-    def may_read_remaining(self) -> bool:
-        """False once every admitted request is draft-less (or capped at 0): choose then takes its no-drafts path,
-        which reads no remaining tokens (at 64 slots on the tiny pair the worker's loop that builds them was ~0.3% of
-        a draft-less step)."""
-        return bool((self.admitted & (self.cap > 0)).any())
 
     def admit(self, slot: int, num_slots: int, remaining: np.ndarray | None = None,
               prompt_left: np.ndarray | None = None) -> bool:
@@ -846,8 +841,9 @@ class AdaptivePolicy(SpeculationPolicy):
             # numpy, a few % of a small model's step; the acceptance it rests on moves slowly)
             self._decided = self._keep_decision()
             return self._decided
-        if step.remaining is not None and live.sum() > 1:  # one slot: the same choice as the rate's
-            best, k_b = self.best_k_draining(live, step.remaining)
+        remaining = step.remaining_tokens()  # built here only: a kept decision or the no-drafts path reads none
+        if remaining is not None and live.sum() > 1:  # one slot: the same choice as the rate's
+            best, k_b = self.best_k_draining(live, remaining)
         else:
             seconds, verify = self.predicted_costs(live)
             best, k_b = self.best_k(live, seconds, verify)
@@ -855,7 +851,7 @@ class AdaptivePolicy(SpeculationPolicy):
         self._back_off_decisions(best, k_b)
         self.last_k = best
         self._decided = k_b
-        self._demote(best, live, step.remaining)
+        self._demote(best, live, remaining)
         return k_b
 
     def _demote(self, best: int, live: np.ndarray, remaining: np.ndarray | None) -> None:

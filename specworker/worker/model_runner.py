@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 import types
@@ -55,6 +56,11 @@ class StepOutput:
     logprobs: StepLogprobs | None  # when the step was asked for logprobs
     seconds: dict  # phase -> host wall seconds (STEP_PHASES; on GPU, launch time unless synchronized)
     draft_lens: np.ndarray | None = None  # [N] int64: the policy's k_b for the next step, -1 if not decoding
+
+
+def _tokens_left(remaining: Callable[[], np.ndarray], emitted: np.ndarray) -> np.ndarray:
+    """[N] the tokens each slot may still emit after a step that emitted `emitted`, from those before it."""
+    return np.maximum(remaining() - emitted, 0)
 
 
 class PhaseTimer:
@@ -178,12 +184,13 @@ class ModelRunner:
 
     # ---- the step ----
     def step(self, token_num: int, *, all_greedy: bool = False, num_logprobs: int | None = None,
-             remaining: np.ndarray | None = None) -> StepOutput:
+             remaining: Callable[[], np.ndarray] | None = None) -> StepOutput:
         """One engine step. token_num: host bound on the packed tokens (chunk lengths + D per decode slot);
         all_greedy: every request in the batch is greedy (host knowledge), so the sampler skips its draw;
         num_logprobs: the most alternatives a request of the batch asked for (None: nobody asked, and no
-        logprob is computed); remaining: [N] tokens each slot's request may still generate before this step, when
-        no request waits (the policy's PolicyStep.remaining, less this step's tokens), else None.
+        logprob is computed); remaining: builds the [N] tokens each slot's request may still generate before this
+        step, when no request waits, else None; the policy's PolicyStep.remaining builds them less this step's tokens,
+        and only if a decision reads them.
         """
         timer = PhaseTimer()
         start = self.clock()
@@ -200,7 +207,7 @@ class ModelRunner:
             self._restore_chunk_tokens()
         with timer("update"):
             self._update_states()
-            left = None if remaining is None else np.maximum(remaining - host.accept_num, 0)
+            left = None if remaining is None else functools.partial(_tokens_left, remaining, host.accept_num)
             draft_lens = self._choose_draft_lens(PolicyStep(live=live, drafted=drafted, emitted=host.accept_num,
                                                             cost=cost, remaining=left))
         with timer("proposer"):

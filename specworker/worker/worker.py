@@ -201,8 +201,9 @@ class Worker:
         running = [r.params for r in self.scheduler.running]
         all_greedy = all(p.temperature < GREEDY_TEMPERATURE for p in running)
         num_logprobs = max((p.logprobs for p in running if p.logprobs is not None), default=None)
+        drains = not self.scheduler.waiting and self.runner.policy.reads_remaining
         out = self.runner.step(plan.token_num, all_greedy=all_greedy, num_logprobs=num_logprobs,
-                               remaining=self._remaining_tokens() if self.runner.policy.may_read_remaining() else None)
+                               remaining=self._remaining_now if drains else None)
         self.num_steps += 1
         for phase, seconds in out.seconds.items():
             self.phase_seconds[phase] += seconds
@@ -218,6 +219,10 @@ class Worker:
         policy does not read it."""
         if self.scheduler.waiting or not self.runner.policy.reads_remaining:
             return None
+        return self._remaining_now()
+
+    def _remaining_now(self) -> np.ndarray:
+        """[N] int64 max_tokens less each running request's output (0 for a free slot), as the requests stand."""
         return self._per_slot(lambda req: req.params.max_tokens - len(req.output_token_ids))
 
     def _per_slot(self, value) -> np.ndarray:

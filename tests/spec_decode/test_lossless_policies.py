@@ -320,7 +320,7 @@ def test_policy_is_told_the_remaining_tokens_only_while_nothing_waits(monkeypatc
     worker = Worker(make_config(method="mtp", k=2, steps=2, policy="adaptive", max_num_seqs=2))
     seen = []
     choose = worker.runner.policy.choose
-    monkeypatch.setattr(worker.runner.policy, "choose", lambda step: (seen.append(step.remaining), choose(step))[1])
+    monkeypatch.setattr(worker.runner.policy, "choose", lambda step: (seen.append(step.remaining_tokens()), choose(step))[1])
     reqs = random_requests(3, seed=5, max_prompt=12, max_tokens=(6, 14))
     for r in reqs:
         worker.add_request(r.req_id, r.prompt, r.params)
@@ -345,6 +345,32 @@ def test_policy_is_told_the_remaining_tokens_only_while_nothing_waits(monkeypatc
         assert all(remaining[slot] == 0 for slot in free)
     assert any(r is None for r in seen) and any(r is not None for r in seen)
 
+
+
+def test_worker_builds_the_remaining_tokens_only_for_a_decision(monkeypatch):
+    """The remaining tokens (a loop over the running requests, then a subtraction) are built only in a step whose
+    choose makes a decision (the drain objective, the rate, the demotion verdict) or admits a request, not in the
+    steps that keep the last decision: PolicyStep.remaining is a function the policy calls where it reads it."""
+    worker = Worker(make_config(method="mtp", k=2, steps=2, policy="adaptive", max_num_seqs=3))
+    policy, events = worker.runner.policy, []
+    per_slot, choose = worker._per_slot, policy.choose
+    monkeypatch.setattr(worker, "_per_slot", lambda value: (events.append("built"), per_slot(value))[1])
+    monkeypatch.setattr(policy, "choose", lambda step: (events.append("step"), choose(step))[1])
+    for name in ("best_k_draining", "best_k"):  # the drain objective's decision, or the rate's (one live slot)
+        monkeypatch.setattr(policy, name, lambda *a, decide=getattr(policy, name): (events.append("decided"),
+                                                                                    decide(*a))[1])
+    for r in random_requests(3, seed=11, max_prompt=10, max_tokens=(40, 60)):
+        worker.add_request(r.req_id, r.prompt, r.params)
+    steps = []
+    while worker.has_unfinished():
+        events.clear()
+        admitted = bool(worker.scheduler.waiting)
+        worker.step()
+        steps.append((admitted, list(events)))
+    kept = [e for admitted, e in steps if not admitted and "decided" not in e and "step" in e]
+    assert len(kept) > 10  # most decode steps keep the decision
+    assert all("built" not in e for e in kept)
+    assert any("built" in e and "decided" in e for _, e in steps)
 
 
 def test_admission_is_told_the_remaining_tokens_only_when_nothing_waits(monkeypatch):

@@ -2,6 +2,7 @@
 given acceptance and step costs, per-request caps following slot moves, expected_tokens by hand."""
 
 import collections
+import dataclasses
 
 import numpy as np
 import pytest
@@ -779,16 +780,20 @@ def test_adaptive_with_only_draftless_slots_chooses_nothing_and_files_only_k0():
         policy.on_insert(slot, _request())
         policy.admit(slot, 2)
     counts = dict(policy.costs.count)
+    built = []  # the worker's remaining tokens are built only when choose reads them: the no-drafts path does not
+
+    def remaining():
+        built.append(1)
+        return np.full(2, 50)
+
     for _ in range(6):
-        out = policy.choose(_step([True, True], emitted=[1, 1], cost=_cost(2, 0, 0, 0.01)))
-        assert out.tolist() == [0, 0]
+        step = dataclasses.replace(_step([True, True], emitted=[1, 1], cost=_cost(2, 0, 0, 0.01)), remaining=remaining)
+        assert policy.choose(step).tolist() == [0, 0]
     assert policy.num_choices == 0 and policy.costs.count[1] == counts[1] and policy.costs.count[0] > counts[0]
-    assert not policy.may_read_remaining()  # the worker builds no remaining tokens for this batch
+    assert not built
     policy.on_clear(1)
     policy.on_insert(1, _request())  # a drafting slot beside the draft-less one
-    assert not policy.may_read_remaining()  # not admitted yet (its first chunk admits it)
     policy.admitted[1] = True
-    assert policy.may_read_remaining()
     policy.held = (1, 10**6)  # hold K = 1: slot 1 drafts one, slot 0 none
     for _ in range(6):
         out = policy.choose(_step([True, True], drafted=[0, 1], emitted=[1, 2], cost=_cost(2, 1, 1, 0.012)))
