@@ -42,8 +42,9 @@ class PolicyStep:
     emitted: np.ndarray  # [N] int64: tokens this step emitted (accept_num; drafted + 1 at most)
     cost: StepCost | None  # the previous step, when it was a pure decode step
     # [N] int64 tokens each slot may still emit after this step at most (max_tokens less what it has), when no
-    # request waits for a slot (the batch drains), or a function that builds them (the worker's: they are read only
-    # when a decision is made, a few steps in 40); None: requests wait, or the caller does not know
+    # request waits for a slot (the batch drains), or a function that builds them, called during choose only (the
+    # worker's: they are read only when a decision is made, a few steps in 40); None: requests wait, or the caller
+    # does not know
     remaining: np.ndarray | Callable[[], np.ndarray] | None = None
 
     def remaining_tokens(self) -> np.ndarray | None:

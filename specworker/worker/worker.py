@@ -201,9 +201,8 @@ class Worker:
         running = [r.params for r in self.scheduler.running]
         all_greedy = all(p.temperature < GREEDY_TEMPERATURE for p in running)
         num_logprobs = max((p.logprobs for p in running if p.logprobs is not None), default=None)
-        drains = not self.scheduler.waiting and self.runner.policy.reads_remaining
         out = self.runner.step(plan.token_num, all_greedy=all_greedy, num_logprobs=num_logprobs,
-                               remaining=self._remaining_now if drains else None)
+                               remaining=self._remaining_now if self._tells_remaining() else None)
         self.num_steps += 1
         for phase, seconds in out.seconds.items():
             self.phase_seconds[phase] += seconds
@@ -217,9 +216,11 @@ class Worker:
         for a free slot), when no request waits for a slot: the batch drains, and the adaptive policy weighs its
         choice by the time to finish (docs/adaptive.md, "Draining batches"); None while requests wait, or when the
         policy does not read it."""
-        if self.scheduler.waiting or not self.runner.policy.reads_remaining:
-            return None
-        return self._remaining_now()
+        return self._remaining_now() if self._tells_remaining() else None
+
+    def _tells_remaining(self) -> bool:
+        """No request waits for a slot (the batch drains) and the policy reads the remaining tokens."""
+        return not self.scheduler.waiting and self.runner.policy.reads_remaining
 
     def _remaining_now(self) -> np.ndarray:
         """[N] int64 max_tokens less each running request's output (0 for a free slot), as the requests stand."""
