@@ -320,7 +320,8 @@ def test_policy_is_told_the_remaining_tokens_only_while_nothing_waits(monkeypatc
     worker = Worker(make_config(method="mtp", k=2, steps=2, policy="adaptive", max_num_seqs=2))
     seen = []
     choose = worker.runner.policy.choose
-    monkeypatch.setattr(worker.runner.policy, "choose", lambda step: (seen.append(step.remaining_tokens()), choose(step))[1])
+    monkeypatch.setattr(worker.runner.policy, "choose",
+                        lambda step: (seen.append(step.remaining_tokens()), choose(step))[1])
     reqs = random_requests(3, seed=5, max_prompt=12, max_tokens=(6, 14))
     for r in reqs:
         worker.add_request(r.req_id, r.prompt, r.params)
@@ -344,7 +345,6 @@ def test_policy_is_told_the_remaining_tokens_only_while_nothing_waits(monkeypatc
         free &= {slot for slot, req_id in enumerate(batch.req_ids) if req_id is None}  # free during the step
         assert all(remaining[slot] == 0 for slot in free)
     assert any(r is None for r in seen) and any(r is not None for r in seen)
-
 
 
 def test_worker_builds_the_remaining_tokens_only_for_a_decision(monkeypatch):
