@@ -1,6 +1,8 @@
 """Speculation policies: on the host, after a step's one host copy, how many drafts k_b (0..k_max) each slot may
 have next step (docs/spec.md §2.3).
-Pure Python and numpy: no tensor, no device value; the ModelRunner uploads the choice and the proposers cap by it.
+Python, numpy and, for the per-step counting, E by K and the drain objective, compiled host arithmetic (policy_host:
+ctypes into the ops library): no tensor, no device value; the ModelRunner uploads the choice and the proposers cap by
+it.
 
 Vocabulary: a slot is *live* when it decodes next step; its *cap* is min(k_max, the request's
 SamplingParams.num_speculative_tokens); a *draft-less* slot has cap 0 for its whole life (override 0, or admitted
@@ -21,6 +23,7 @@ import numpy as np
 from specworker.config import SpeculativeConfig
 from specworker.model_executor.layers.sampler import GREEDY_TEMPERATURE
 from specworker.slot_request import SlotRequest
+from specworker.spec_decode.policy_host import PolicyHost
 from specworker.spec_decode.step_cost_model import StepCost, StepCostModel
 
 # Verify strategies whose emitted tokens do not depend on how many drafts a slot fed: greedy, and target_match
@@ -104,6 +107,24 @@ def _blom_scores(size: int) -> np.ndarray:
     scores = 4.91 * (p ** 0.14 - (1 - p) ** 0.14)
     scores.flags.writeable = False
     return scores
+
+
+class _Fixed:
+    """An array attribute whose buffer, once set, is never replaced: assigning copies into it (np.copyto; a shape
+    that does not broadcast raises). The compiled arithmetic (PolicyHost) keeps the buffer's address."""
+
+    def __set_name__(self, owner, name):
+        self.slot = f"_{name}_buffer"
+
+    def __get__(self, obj, owner=None):
+        return self if obj is None else getattr(obj, self.slot)
+
+    def __set__(self, obj, value):
+        buffer = getattr(obj, self.slot, None)
+        if buffer is None:
+            setattr(obj, self.slot, value)
+        else:
+            np.copyto(buffer, value)
 
 
 class SpeculationPolicy:
@@ -222,6 +243,8 @@ class AdaptivePolicy(SpeculationPolicy):
     """
 
     reads_remaining = True
+    # the arrays the compiled arithmetic writes or reads in place (PolicyHost): assignment copies into them
+    cap, allowed, prev_allowed, fresh = _Fixed(), _Fixed(), _Fixed(), _Fixed()
 
     def __init__(self, num_slots: int, k_max: int, *, pin_sampled: bool = False,
                  prior_weight: float = 6.0, decay: float = 0.92, need: int = 3, hold: int = 2,
@@ -286,7 +309,7 @@ class AdaptivePolicy(SpeculationPolicy):
         self._slot_counts = np.zeros((2, num_slots, k_max))  # [reaches, successes][N, K] decayed, per position j
         self._slot_raw = np.zeros((2, num_slots, k_max))  # the same, not decayed: the request's whole evidence
         self._totals = np.zeros((2, k_max))  # [reaches, successes][K]: worker totals (the prior)
-        # a request's first verification of drafts since its admission is counted apart (_flush): on the tiny pair
+        # a request's first verification of drafts since its admission is counted apart (observe): on the tiny pair
         # position 1 is accepted 0.53 of the time there, 0.85 later; counted with the rest, one such rejection cut
         # the slot's estimate ~14% for its life
         self.fresh = np.zeros(num_slots, dtype=bool)  # [N] admitted, no verification of drafts counted yet
@@ -301,17 +324,9 @@ class AdaptivePolicy(SpeculationPolicy):
         # x's sum of squares
         self._carry = np.zeros(5)
         self.carry_prior = carry_prior
-        self._queued: list[tuple] = []  # steps observed but not counted yet (_flush)
-        self.pending_decay = 1.0  # decay owed by successes / reaches for steps in which no slot drafted
+        self._scalars = np.ones(1)  # [pending_decay]: decay owed by successes / reaches for steps no slot drafted in
         self.prev_allowed = np.zeros(num_slots, dtype=np.int64)  # [N] k_b of the slot's last verified step (0: none)
-        # [2, k_b, emitted, j]: position j (0-based) reached (j < min(k_b, emitted)) / accepted (j < min(k_b, emitted
-        # - 1)) in a verify step that allowed k_b drafts and emitted that many tokens
-        kb, em, j = np.ogrid[:k_max + 1, :k_max + 2, :k_max]
-        self._count_table = np.stack([j < np.minimum(kb, em), j < np.minimum(kb, em - 1)]).astype(np.float64)
-        self._one_hot = np.eye(k_max + 1)[1:]  # [K, K + 1]: column k_b selects row k_b - 1 (k_b = 0: none)
         self._below_k = (np.arange(k_max)[None, :] < np.arange(k_max + 1)[:, None]).astype(np.float64)  # [K + 1, K]
-        self._square_weights = (2 * np.arange(1, k_max + 1) + 1) * self._below_k  # [K + 1, K]: 2j + 1 for j < K
-        self._k_column = np.arange(k_max + 1)[:, None]  # [K + 1, 1]
         self.costs = StepCostModel()  # or ProfiledCosts (use_profile)
         self._drain_tables: dict[tuple[int, bytes], np.ndarray] = {}  # _drain_costs' tables (profiled costs)
         self._counted = False  # _costs_counted, once true
@@ -320,8 +335,9 @@ class AdaptivePolicy(SpeculationPolicy):
         self.warm_reaches, self._warm = warm_reaches, False
         self._fill = np.zeros((2, k_max))  # [offered, fed][j]: steps allowed draft j, and those that fed it
         # whether the proposer may feed fewer drafts than allowed (a lookup; MTP with_ngram's n-gram part): else every
-        # step feeds what it is allowed, the fill stays 1, and _flush skips counting it (~90 us a flush in a worker)
+        # step feeds what it is allowed, the fill stays 1, and observe skips counting it
         self.counts_fill = counts_fill
+        self._fill_stale = False  # _fill changed since the cost model was told (_sync_fill)
         # [2, K] (reaches, successes) of recent finished requests over their whole life (population_spread)
         self.profiles: list[np.ndarray] = []
         self.profile_window, self.profile_min_reaches = 128, 3.0
@@ -336,6 +352,11 @@ class AdaptivePolicy(SpeculationPolicy):
         self.held: tuple[int, int] | None = None  # (K, steps left) of an exploration hold
         self.num_choices = 0  # decode steps chosen for
         self.last_k = 0  # the batch K of the last choice (metrics, tests)
+        # the compiled arithmetic over the arrays above (counting, E by K, the drain objective)
+        self._host = PolicyHost(slot_counts=self._slot_counts, slot_raw=self._slot_raw, totals=self._totals,
+                                first_totals=self._first_totals, k_totals=self._k_totals, k_shift=self._k_shift,
+                                carry=self._carry, fill=self._fill, scalars=self._scalars, allowed=self.allowed,
+                                prev_allowed=self.prev_allowed, cap=self.cap, fresh=self.fresh)
 
     def use_profile(self, profile) -> None:
         """Step costs from `profile` (a CostProfile measured at worker start, docs/adaptive.md "Profiled step
@@ -440,6 +461,7 @@ class AdaptivePolicy(SpeculationPolicy):
                            prompt_left: np.ndarray | None = None) -> bool:
         """_no_drafts_verdict and _probed, decided once per step's admissions: the memo is dropped at every choose,
         and keyed by the batch and the evidence (verifications of position 1, cost observations) besides."""
+        self._sync_fill()
         key = (num_slots, None if remaining is None else np.asarray(remaining).tobytes(),
                None if prompt_left is None else np.asarray(prompt_left).tobytes(), float(self.total_reaches[0]),
                sum(self.costs.count.values()))
@@ -526,7 +548,7 @@ class AdaptivePolicy(SpeculationPolicy):
             # every K >= 1 also pays the draft prefill of the prompts still to come (_draft_prefill_seconds)
             prefill = np.where(np.arange(self.k_max + 1) > 0, draft_prefill, 0.0)
             point = self.drain_seconds(live, remaining) + prefill  # [K + 1]
-            optimistic = self.drain_seconds(live, remaining, self.optimistic_prior_by_k()) + prefill
+            optimistic = self.drain_seconds(live, remaining, optimistic=True) + prefill
             # D is linear in each K's step cost: at its lower bound, D (1 - error). Ties go to no drafts: a draining
             # batch admitted with drafts pays the explorations and the policy's per-step work for its whole drain
             bound = optimistic * (1 - cost_error)
@@ -564,97 +586,47 @@ class AdaptivePolicy(SpeculationPolicy):
 
     # ---- estimates ----
     def observe(self, step: PolicyStep) -> None:
-        """Acceptance counts from this step's verify results; the previous step's seconds into the cost model when
-        its cycle held one K (its verified drafts and its substeps chosen alike)."""
-        k = self.k_max
-        if not self.allowed.any() and not step.drafted.any():
-            # no slot was allowed a draft (draft-less slots, K = 0): nothing to count, only the decay owed (the
-            # common step at large batch, kept to a couple of numpy calls)
-            self.pending_decay *= self.decay
-            self.prev_allowed[:] = 0
-            self._observe_cost(step)
-            return
-        # Positions count from what the slot was allowed (k_b), not what its proposer drafted: a lookup proposer
-        # that finds nothing drafts fewer, and E_b(K) must be the tokens a step *allowed* K brings, as T(B, K) is
-        # that step's cost. Slots that emitted nothing (paused) or were not decoding (allowed 0) add nothing.
-        # (allowed <= k and emitted <= drafted + 1 <= k + 1 hold by construction: _count_table's bounds)
-        allowed = np.maximum(self.allowed, step.drafted)  # [N]
-        emitted = step.emitted.copy()  # [N]; 0: the slot emitted nothing (not decoding, paused); queued, so a copy
-        # Counted lazily (_flush, when an estimate is read or a slot moves): a step only queues its rows, which keeps
-        # it to a few numpy calls (counting each step cost ~0.07 ms inside a running worker, 1% of a 6.5 ms step;
-        # inside a worker each numpy call here costs ~5 us, against ~0.5 us in a loop of its own, so the calls are
-        # counted). The factor is the decay this step's counting applies to the counts before it.
-        prev, self.prev_allowed = self.prev_allowed, allowed * (emitted > 0)  # k_b of the slots verified, else 0
-        first = None  # a fresh slot's first verification: counted apart (_flush); None: no fresh slot (most steps)
-        if self.fresh.any():
-            first = self.fresh & (self.prev_allowed > 0)
-            self.fresh ^= first
-        fill = self.profiled and self.counts_fill
-        self._queued.append((allowed, emitted, prev, self.pending_decay * self.decay, first,
-                             step.drafted.copy() if fill else None))  # drafted: for the fill only
-        self.pending_decay = 1.0
+        """Acceptance counts from this step's verify results (PolicyHost.count); the previous step's seconds into the
+        cost model when its cycle held one K (its verified drafts and its substeps chosen alike).
+
+        Per slot b: positions count from what the slot was allowed (max(k_b, drafted)), not what its proposer
+        drafted: a lookup proposer that finds nothing drafts fewer, and E_b(K) must be the tokens a step *allowed*
+        K brings, as T(B, K) is that step's cost. Position j (0-based) is reached when j < min(allowed, emitted),
+        accepted when j < min(allowed, emitted - 1); a slot that emitted nothing (paused, not decoding) adds
+        nothing. The slot counts are decayed by `decay` (times the decay owed by steps in which no slot was allowed
+        or drafted a draft: those count nothing) and gain the step's; the worker totals gain them, and so do the
+        per-k totals under the slot's previous k_b (the k that placed the anchor: a fully accepted step of k drafts
+        moves it k + 1 tokens on, and the acceptance seen from it depends on where it lies; on the tiny pair,
+        position 1 after a fully accepted step: 0.65 at k = 3, 0.94 at k = 2), and k_shift and the carry sums the
+        slot's acceptance above the prior as known before the step. A request's first verification of drafts since
+        admission goes to first_totals alone (`fresh`; docs/adaptive.md, "First verifications"). With a lookup
+        proposer and profiled costs, the fill counts (offered, fed) per position too."""
+        if self._host.count(step.drafted, step.emitted, self.decay, self.prior_weight, by_anchor=self.by_anchor,
+                            count_fill=self.profiled and self.counts_fill):
+            self._fill_stale = self._fill_stale or (self.profiled and self.counts_fill)
         self._observe_cost(step)
 
-    def _count_fill(self, allowed: np.ndarray, emitted: np.ndarray, drafted: np.ndarray) -> None:
-        """The share of steps allowed draft j that fed one (a lookup finds none in many steps; MTP always drafts),
-        for the profiled costs: a step costs what it feeds (ProfiledCosts.fill). Worker totals over the queued steps
-        ([S, N] each), Laplace-smoothed towards 1 (the profile's own full drafts)."""
-        offered = np.where(emitted > 0, allowed, 0)[..., None]  # [S, N, 1]
-        j = np.arange(self.k_max)
-        self._fill[0] += (j < offered).sum(axis=(0, 1))
-        self._fill[1] += (j < np.minimum(drafted[..., None], offered)).sum(axis=(0, 1))
-        self.costs.set_fill((self._fill[1] + 1.0) / (self._fill[0] + 1.0))
+    def _sync_fill(self) -> None:
+        """The fill into the profiled costs, when counted since (ProfiledCosts.fill: a step costs what it feeds):
+        the share of steps allowed draft j that fed one (a lookup finds none in many steps; MTP always drafts),
+        Laplace-smoothed towards 1 (the profile's own full drafts). Before the costs are read for a choice."""
+        if self._fill_stale:
+            self._fill_stale = False
+            self.costs.set_fill((self._fill[1] + 1.0) / (self._fill[0] + 1.0))
 
-    def _flush(self) -> None:
-        """Counts the queued steps, as if each had been counted when observed: per step, the worker totals gain its
-        reached / accepted positions, the per-k totals the same filed under each slot's previous k_b (the k that
-        placed the anchor: a fully accepted step of k drafts moves it k + 1 tokens on, and the acceptance seen from
-        it depends on where it lies; on the tiny pair, position 1 after a fully accepted step: 0.65 at k = 3, 0.94
-        at k = 2), and the slot counts are decayed by the step's factor, then gain its counts. A request's first
-        verification of drafts since admission goes to first_totals alone (`fresh`; docs/adaptive.md, "First
-        verifications")."""
-        if not self._queued:
-            return
-        allowed, emitted, prev, factors, first, drafted = zip(*self._queued)
-        self._queued.clear()
-        if self.profiled and self.counts_fill:
-            self._count_fill(np.stack(allowed), np.stack(emitted), np.stack(drafted))
-        counts = self._count_table[:, np.stack(allowed), np.stack(emitted)]  # [2, S, N, K]: 0 where emitted 0
-        if any(f is not None for f in first):  # a request's first verification: its own totals, in nothing else
-            first = np.stack([np.zeros(len(self.fresh), dtype=bool) if f is None else f for f in first])  # [S, N]
-            self._first_totals += counts[:, first].sum(axis=1)
-            counts = counts * ~first[None, :, :, None]
-        n, k = counts.shape[2], self.k_max
-        anchors = self._one_hot[:, np.stack(prev).reshape(-1)]  # [K, S * N]
-        # the slot's acceptance above the prior, as known before these steps, against what they accepted (carry)
-        prior = _laplace(self._totals)
-        above = _shrunk(self._slot_counts, prior, self.prior_weight) - prior  # [N, K]
-        reached_above = counts[0] * above  # [S, N, K]
-        outcome = counts[1] - counts[0] * prior  # [S, N, K]
-        self._carry += (reached_above.sum(), outcome.sum(), (outcome * above).sum(), (reached_above * above).sum(),
-                        counts[0].sum())
-        if self.by_anchor:  # reaches times the slot's acceptance above the prior
-            self._k_shift += anchors @ reached_above.reshape(-1, k)
-        self._totals += counts.sum(axis=(1, 2))
-        flat = counts.reshape(2, -1, k)  # [2, S * N, K]
-        self._k_totals += anchors @ flat  # [K, S * N] @ [2, S * N, K]
-        later = np.cumprod((1.0,) + factors[:0:-1])[::-1]  # [S]: the decay each step's counts get after it
-        self._slot_counts *= later[0] * factors[0]
-        self._slot_counts += np.tensordot(later, counts, axes=(0, 1)).reshape(2, n, k)
-        self._slot_raw += counts.sum(axis=1).reshape(2, n, k)
+    @property
+    def pending_decay(self) -> float:
+        """The decay the slot counts owe for steps in which no slot was allowed or drafted a draft."""
+        return float(self._scalars[0])
 
-    # the counts, with the queued steps counted (read and written by tests and metrics)
-    slot_counts = property(lambda self: self._flushed(self._slot_counts))  # [reaches, successes][N, K] decayed
-    slot_raw = property(lambda self: self._flushed(self._slot_raw))  # [reaches, successes][N, K] not decayed
-    totals = property(lambda self: self._flushed(self._totals))  # [reaches, successes][K]: worker totals (the prior)
-    k_totals = property(lambda self: self._flushed(self._k_totals))  # [.., k - 1, j]: totals of steps after k
-    k_shift = property(lambda self: self._flushed(self._k_shift))  # [k - 1, j]: the slots' excess, steps after k
-    first_totals = property(lambda self: self._flushed(self._first_totals))  # [2, K]: of first verifications
-    carry_totals = property(lambda self: self._flushed(self._carry))  # [sum x, y, x y, x^2, reaches] (carry)
-
-    def _flushed(self, counts: np.ndarray) -> np.ndarray:
-        self._flush()
-        return counts
+    # the counts (read and written in place by tests and metrics)
+    slot_counts = property(lambda self: self._slot_counts)  # [reaches, successes][N, K] decayed
+    slot_raw = property(lambda self: self._slot_raw)  # [reaches, successes][N, K] not decayed
+    totals = property(lambda self: self._totals)  # [reaches, successes][K]: worker totals (the prior)
+    k_totals = property(lambda self: self._k_totals)  # [.., k - 1, j]: totals of steps after k
+    k_shift = property(lambda self: self._k_shift)  # [k - 1, j]: the slots' excess, steps after k
+    first_totals = property(lambda self: self._first_totals)  # [2, K]: of first verifications
+    carry_totals = property(lambda self: self._carry)  # [sum x, y, x y, x^2, reaches] (carry)
 
     def _observe_cost(self, step: PolicyStep) -> None:
         """The previous step's seconds into the cost model, when its cycle held one K."""
@@ -803,7 +775,7 @@ class AdaptivePolicy(SpeculationPolicy):
             return None
         self.num_choices += 1
         self._keep_decision()
-        self.allowed = kept[3].copy()
+        self.allowed = kept[3]  # copied into the buffer (_Fixed)
         self.recent_k = (self.recent_k + [kept[4]])[-2:]
         self.recent_draftless = (self.recent_draftless + [kept[5]])[-2:]
         return kept[2].copy()
@@ -816,6 +788,7 @@ class AdaptivePolicy(SpeculationPolicy):
         return k_b
 
     def _choose(self, step: PolicyStep) -> np.ndarray | int:
+        self._sync_fill()
         live = step.live & ~self.pinned
         if not live.any():
             return self.cap
@@ -951,10 +924,9 @@ class AdaptivePolicy(SpeculationPolicy):
         neighbours = [n for n in (k - 1, k + 1) if 0 <= n <= self.k_max]
         open_ = [n for n in neighbours if not self._cost_settled(n)]
         if len(open_) < len(neighbours):
-            acceptance = self.acceptance()
             if point is None:
-                point, _ = self.expected_by_k(acceptance)
-            bound, _ = self.expected_by_k(acceptance, self.optimistic_prior_by_k())
+                point, _ = self._expected(0)
+            bound, _ = self._expected(1)
             rate = lambda gain, n: gain[rows, np.minimum(n, self.cap[rows])].sum() / max(seconds[n], 1e-9)  # noqa: E731
             open_ += [n for n in neighbours if n not in open_ and rate(bound, n) >= rate(point, k)]
         self.unsettled = (k, tuple(sorted(open_)))
@@ -964,46 +936,33 @@ class AdaptivePolicy(SpeculationPolicy):
         """Whether K = k's cost rests on `settle_costs` steady observations (a profile's always does)."""
         return self.costs.count.get(k, 0) >= self.settle_costs
 
-    def drain_seconds(self, live: np.ndarray, remaining: np.ndarray, by_k: np.ndarray | None = None) -> np.ndarray:
+    def drain_seconds(self, live: np.ndarray, remaining: np.ndarray, optimistic: bool = False) -> np.ndarray:
         """[K + 1] predicted seconds until every live slot has emitted its remaining tokens, the batch drafting with
         K throughout (docs/adaptive.md, "Draining batches"): slot b needs n_b = R_b / E_b(min(K, cap_b)) steps;
         with n sorted ascending, D(K) = sum_i (n_(i) - n_(i-1)) T(B - i, K), each step paying for the slots still
         decoding. n_b is random (at K = 0 exactly R_b; a step that drafts spreads it), and the i-th slot to finish
         does so later than the i-th smallest mean: n_(i) = the i-th smallest mean plus that slot's standard
         deviation times the i-th of B normal order statistics' expected values (Blom's scores; over B = 64 slots
-        the last is +2.4 deviations). T at a batch size between the points of a geometric grid (1, 1.4, 2, 2.8,
-        ..., B, rounded: 2 ceil(log2 B) + 1 points) is interpolated linearly in B, so a batch of 64 needs 12
-        predictions, not 64. by_k: expected_by_k's (admission also reads it at the optimistic bound)."""
-        gain, reach = self.expected_by_k(self.acceptance(), by_k)
-        rows = np.flatnonzero(live)
-        size = len(rows)
-        # E[X^2] of the tokens X a step emits: sum_m (2m - 1) P(X >= m) = 1 + sum_j (2j + 1) P(draft j accepted)
-        square = 1.0 + (reach[:, rows] * self._square_weights[:, None, :]).sum(axis=2)
-        seconds = self._drain_costs(size)  # [B, K + 1] T(left_i, K)
-        tokens = np.maximum(remaining[rows], 1)
-        # a slot's E is uncertain by the population's spread, shrunk by its own evidence: prior weight m over its
-        # reaches of position 1 plus m (1 for a slot that has verified nothing yet)
-        m = self.prior_weight
-        unknown = m / (self.pending_decay * self.slot_counts[0, rows, 0] + m)  # [B]
-        spread_e = self.population_spread()  # [K + 1]
-        scores = _blom_scores(size)
-        # every K at once, rows [K + 1, B] (a loop over K cost ~15 numpy calls per K)
-        column = self._k_column  # [K + 1, 1]: K, and the row index of the [K + 1, B] arrays' gathers
-        k_b = np.minimum(column, self.cap[rows][None, :])
-        mean = gain[rows[None, :], k_b]  # tokens a step
-        variance = np.maximum(square[k_b, np.arange(size)[None, :]] - mean ** 2, 0.0)
-        # steps slot b needs for its R_b tokens: mean R_b / E_b, variance R_b Var_b / E_b^3 (a renewal count)
-        # plus (R_b / E_b^2)^2 times the variance of E_b itself (what is not known of the slot's acceptance);
-        # the i-th to finish at its mean plus its spread times the i-th order statistic's score, non-decreasing
-        needed = tokens / mean
-        order = np.argsort(needed, axis=1, kind="stable")
-        unsure = (needed / mean * unknown * spread_e[k_b]) ** 2
-        spread = np.sqrt(needed * variance / mean ** 2 + unsure)[column, order]
-        steps = np.maximum.accumulate(np.maximum(needed[column, order] + spread * scores, 0.0), axis=1)
-        lengths = steps.copy()  # each segment's steps: the differences of steps, the first from 0
-        lengths[:, 1:] -= steps[:, :-1]
-        out = (lengths * seconds.T).sum(axis=1)
-        return out
+        the last is +2.4 deviations). Slot b's steps: mean R_b / E_b, variance R_b Var_b / E_b^3 (a renewal count;
+        E[X^2] of the tokens X a step emits is 1 + sum_j (2j + 1) P(draft j accepted)) plus (R_b / E_b^2)^2 times
+        the variance of E_b itself: the population's spread (population_spread) shrunk by the slot's own evidence,
+        prior weight m over its reaches of position 1 plus m; the order statistics made non-decreasing. T at a
+        batch size between the points of a geometric grid (1, 1.4, 2, 2.8, ..., B, rounded: 2 ceil(log2 B) + 1
+        points) is interpolated linearly in B, so a batch of 64 needs 12 predictions, not 64. optimistic: E at
+        optimistic_prior_by_k (admission reads it at that bound too). Computed by PolicyHost.drain (the numpy
+        formulas are tests/spec_decode/policy_reference.py's)."""
+        live, remaining = np.ascontiguousarray(live, dtype=bool), np.ascontiguousarray(remaining, dtype=np.int64)
+        gain, reach = self._expected(1 if optimistic else 0)
+        size = int(np.count_nonzero(live))
+        return self._host.drain(gain, reach, live, remaining, self._drain_costs(size), self.population_spread(),
+                                _blom_scores(size), self.prior_weight)
+
+    def _expected(self, sign: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """expected_by_k(acceptance(), by_k) by PolicyHost.expected, by_k prior_by_k() (sign 0), its optimistic
+        (+1) or pessimistic (-1) bound: arrays reused by the next call with the same sign."""
+        return self._host.expected(sign, by_anchor=self.by_anchor, prior_weight=self.prior_weight,
+                                   k_prior_weight=self.k_prior_weight, confidence=self.confidence,
+                                   carry_prior=self.carry_prior)
 
     def _drain_costs(self, size: int) -> np.ndarray:
         """[size, K + 1] T(size - i, K) of drain_seconds' segments i (the slots still decoding in each), read at the
@@ -1065,7 +1024,7 @@ class AdaptivePolicy(SpeculationPolicy):
         worth their verify cost at that rate: keep draft j iff P(draft j accepted) >= rate * c, c = (V(B, K) -
         V(B, 0)) / (drafts at K), V the verify part of the step (a substep is shared by the batch: dropping one
         slot's draft saves only its verify token). verify None: T itself."""
-        gain, reach_by_k = self.expected_by_k(self.acceptance(), self.optimistic_prior_by_k() if self.optimism else None)
+        gain, reach_by_k = self._expected(1 if self.optimism else 0)
         rows = np.flatnonzero(live)
         k_b = np.minimum(np.arange(self.k_max + 1)[:, None], self.cap[rows][None, :])  # [K + 1, B]
         rates = np.take_along_axis(gain[rows].T, k_b, axis=0).sum(axis=1) / np.maximum(seconds, 1e-9)  # [K + 1]
@@ -1100,7 +1059,7 @@ class AdaptivePolicy(SpeculationPolicy):
         drafts positions every step verifies: no such doubt (with it, a replay at 16 slots and low acceptance,
         costs learnt online, stayed above K = 0 and read 0.949 of it, against 0.974). The current K's rate is read
         at the point estimate: its own steps anchor most of the evidence."""
-        low, _ = self.expected_by_k(self.acceptance(), self.pessimistic_prior_by_k())
+        low, _ = self._expected(-1)
         rate = low[rows, k_b[best]].sum() / max(seconds[best], 1e-9)
         return bool(rate < (1 + self.switch_margin) * kept_rate)
 

@@ -53,3 +53,16 @@ def adaptive_with(num_slots: int, k_max: int, cost, *, ready: bool = True, **kw)
     policy = AdaptivePolicy(num_slots, k_max, **kw)
     policy.costs = SyntheticCostModel(cost, k_max=k_max, ready=ready, need=policy.need)
     return policy
+
+
+def set_acceptance(policy: AdaptivePolicy, accept) -> None:
+    """Slot counts under which policy.acceptance() reads `accept` ([N, K]) at the worker totals as they are: 1000
+    reaches a position, the successes that make the shrunk estimate equal `accept`, and no carry evidence (the slot's
+    estimate is its own). The compiled arithmetic reads the counts, so an acceptance is set through them."""
+    accept = np.broadcast_to(np.asarray(accept, dtype=np.float64), policy.slot_counts.shape[1:])
+    reaches, weight, prior = 1000.0, policy.prior_weight, policy.prior()
+    policy._scalars[0] = 1.0
+    policy.carry_totals[:] = 0.0
+    policy.slot_counts[0] = reaches
+    policy.slot_counts[1] = accept * (reaches + weight) - weight * prior
+    np.testing.assert_allclose(policy.acceptance(), accept, rtol=1e-12)

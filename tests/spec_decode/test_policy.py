@@ -12,7 +12,7 @@ from specworker.slot_request import SlotRequest
 from specworker.spec_decode.policy import (AdaptivePolicy, FixedPolicy, PolicyStep, SchedulePolicy, build_policy,
                                            expected_excess, expected_tokens)
 from specworker.spec_decode.step_cost_model import RecentSteps, StepCost, StepCostModel
-from tests.spec_decode.synthetic_costs import SyntheticCostModel, adaptive_with
+from tests.spec_decode.synthetic_costs import SyntheticCostModel, adaptive_with, set_acceptance
 
 
 def _step(live, drafted=None, emitted=None, cost=None):
@@ -59,11 +59,11 @@ def test_schedule_picks_k_of_the_batch_size_range(batch, k):
 
 
 def _adaptive(n, k_max, accept):
-    """An AdaptivePolicy whose acceptance is set directly (the cost row is passed to best_k), resting on ample
+    """An AdaptivePolicy whose acceptance is set (set_acceptance; the cost row is passed to best_k), resting on ample
     evidence for every k (a million verifications of each position after each k: no optimism bonus)."""
     policy = AdaptivePolicy(n, k_max)
-    policy.acceptance = lambda: np.array(accept, dtype=float)
     policy.totals[:] = policy.k_totals[:] = 1e6
+    set_acceptance(policy, accept)
     return policy
 
 
@@ -241,8 +241,7 @@ def test_adaptive_doubts_a_switch_up_to_a_k_its_explorations_barely_measured():
 
 def _leads(accept_of_slot, steps=400, seed=3):
     """An AdaptivePolicy over 8 slots, k_max 2, after `steps` steps of K = 2 in which slot b accepts each draft with
-    probability accept_of_slot(b); a slot's request is replaced every 40 steps (staggered); counts flushed every 4
-    steps, as decisions read them."""
+    probability accept_of_slot(b); a slot's request is replaced every 40 steps (staggered)."""
     n, k = 8, 2
     policy = AdaptivePolicy(n, k)
     rng = np.random.default_rng(seed)
@@ -251,8 +250,6 @@ def _leads(accept_of_slot, steps=400, seed=3):
         emitted = 1 + np.cumprod(rng.random((n, k)) < accept[:, None], axis=1).sum(axis=1)
         policy.allowed[:] = k
         policy.observe(_step([True] * n, drafted=[k] * n, emitted=emitted))
-        if t % 4 == 3:
-            policy.totals  # noqa: B018 (a read flushes the queued steps)
         b = t % 40
         if b < n:
             policy.on_clear(b)
@@ -801,25 +798,20 @@ def test_adaptive_with_only_draftless_slots_chooses_nothing_and_files_only_k0():
     assert policy.costs.count[1] == counts[1]
 
 
-def _stretches_of_text(seed=5, flush_every=4):
+def _stretches_of_text(seed=5):
     """One slot, k_max 2, requests in turn: four on moderate text (acceptance 0.7) alternating K = 1 and 2, then
     K = 2 on a hard prompt (0.35), then K = 1 on two easy ones (0.9): as SmolLM2's MTP head at one slot chose K = 1
-    on a prompt it found hard and then ran it through easy ones. Counts are flushed every `flush_every` steps, as
-    decisions read them."""
+    on a prompt it found hard and then ran it through easy ones."""
     policy = AdaptivePolicy(1, 2)
     rng = np.random.default_rng(seed)
-    steps = 0
     for k, accept, n in [(1, 0.7, 24), (2, 0.7, 24)] * 2 + [(2, 0.35, 40), (1, 0.9, 40), (1, 0.9, 40)]:
         policy.on_insert(0, _request())
         for _ in range(n):
             emitted = 1 + int(np.cumprod(rng.random(k) < accept).sum())
             policy.allowed[:] = k
             policy.observe(_step([True], drafted=[k], emitted=[emitted]))
-            steps += 1
-            if steps % flush_every == 0:
-                policy.totals  # noqa: B018 (a read flushes the queued steps)
         policy.on_clear(0)
-    policy.acceptance = lambda: np.array([[0.85, 0.8]])  # the slot now
+    set_acceptance(policy, [[0.85, 0.8]])  # the slot now
     policy.kept_k = 1
     return policy
 
@@ -872,7 +864,7 @@ def _lookup_stretches(by_anchor):
     policy.k_totals[0, 0, :1], policy.k_totals[1, 0, :1] = 60, 33
     policy.k_totals[0, 1, :2], policy.k_totals[1, 1, :2] = 60, (33, 26)
     policy.k_totals[0, 2], policy.k_totals[1, 2] = (34, 13, 9), (13, 8, 6)
-    policy.acceptance = lambda: np.array([[0.8, 0.8, 0.8]])
+    set_acceptance(policy, [[0.8, 0.8, 0.8]])
     policy.kept_k = 2
     return policy
 
@@ -902,78 +894,6 @@ def test_build_policy_resolves_the_config():
     assert isinstance(build_policy(SpeculativeConfig(**mtp), 4), FixedPolicy)
     adaptive = build_policy(SpeculativeConfig(**mtp, policy="adaptive"), 4)
     assert isinstance(adaptive, AdaptivePolicy) and adaptive.k_max == 2  # MTP drafts num_model_steps at most
-
-
-def test_adaptive_counts_queued_steps_as_if_counted_at_once():
-    """observe queues a step's rows and counts them when an estimate is read or a slot moves: over random steps
-    (paused slots, k_b = 0 steps, lookups drafting fewer than allowed) with swaps, moves, clears and inserts between
-    them, every read equals counting each step when it happened, by a plain loop over slots and positions (a newly
-    inserted request's first verification of drafts in first_totals alone)."""
-    rng = np.random.default_rng(7)
-    n, k = 5, 3
-    policy = AdaptivePolicy(n, k)
-    reach, success = np.zeros((n, k)), np.zeros((n, k))
-    totals, k_totals, first_totals = np.zeros((2, k)), np.zeros((2, k, k)), np.zeros((2, k))
-    prev, pending, fresh = np.zeros(n, dtype=np.int64), 1.0, np.zeros(n, dtype=bool)
-    for _ in range(300):
-        allowed = rng.integers(0, k + 1, n) * (rng.random() < 0.8)
-        drafted = np.minimum(allowed, rng.integers(0, k + 1, n))
-        emitted = np.where(rng.random(n) < 0.2, 0, np.minimum(rng.integers(1, k + 2, n), drafted + 1))
-        policy.allowed = allowed.copy()
-        policy.observe(_step([True] * n, drafted=drafted, emitted=emitted))
-        counted = False
-        step_counts = np.array([[[j < min(min(max(allowed[b], drafted[b]), k), emitted[b] - i) for j in range(k)]
-                                 for b in range(n)] for i in (0, 1)], dtype=float)
-        for b in range(n):  # the reference: each step counted at once
-            a = min(max(allowed[b], drafted[b]), k)
-            first = fresh[b] and a > 0 and emitted[b] > 0
-            fresh[b] &= not first
-            for j in range(k):
-                hit = [j < min(a, emitted[b]), j < min(a, emitted[b] - 1)]
-                if hit[0]:
-                    counted = True
-                    if first:
-                        first_totals[:, j] += hit
-                        continue
-                    totals[:, j] += hit
-                    if prev[b] > 0:
-                        k_totals[:, prev[b] - 1, j] += hit
-            if first:
-                step_counts[:, b] = 0.0
-        if counted:
-            reach[:], success[:] = reach * pending * policy.decay + step_counts[0], success * pending * policy.decay \
-                + step_counts[1]
-            pending = 1.0
-        else:
-            pending *= policy.decay
-        prev = np.where(emitted > 0, np.minimum(np.maximum(allowed, drafted), k), 0)
-        move = rng.random()
-        i, j = rng.choice(n, 2, replace=False)
-        if move < 0.1:
-            policy.on_swap(i, j)
-            for a in (reach, success, prev, fresh):
-                a[[i, j]] = a[[j, i]]
-        elif move < 0.15:
-            policy.on_move(i, j)
-            for a in (reach, success, prev, fresh):
-                a[j] = a[i]
-                a[i] = 0
-        elif move < 0.2:
-            policy.on_clear(i)
-            reach[i] = success[i] = prev[i] = fresh[i] = 0
-        elif move < 0.25:
-            policy.on_insert(i, _request())
-            reach[i] = success[i] = prev[i] = 0
-            fresh[i] = True
-        if rng.random() < 0.3:  # a read: every view equal to the reference
-            d = policy.pending_decay / pending
-            np.testing.assert_allclose(policy.reaches * d, reach, rtol=1e-9, atol=1e-12)
-            np.testing.assert_allclose(policy.successes * d, success, rtol=1e-9, atol=1e-12)
-            np.testing.assert_array_equal(policy.totals, totals)
-            np.testing.assert_array_equal(policy.k_totals, k_totals)
-            np.testing.assert_array_equal(policy.prev_allowed, prev)
-            np.testing.assert_array_equal(policy.first_totals, first_totals)
-            np.testing.assert_array_equal(policy.fresh, fresh)
 
 
 def test_adaptive_records_finished_requests_and_their_spread_slows_a_drafted_drain():
