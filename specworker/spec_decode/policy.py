@@ -229,9 +229,9 @@ class AdaptivePolicy(SpeculationPolicy):
     observations and a rate at its optimistic acceptance, `confidence` standard errors up, below the choice's, or
     the last `confirm_explorations` explorations in a row left the choice as it was) and returns to `explore_every`
     when the choice changes.
-    The chosen K changes only when another K's rate beats it by more than `switch_margin`, a K above it also at its
-    pessimistic acceptance (_doubtful_switch; rate objective) (`optimism`: the choice
-    reads the optimistic acceptance too; off by default).
+    The chosen K changes only when a K above it beats its rate by more than `switch_margin`, also at its pessimistic
+    acceptance (_doubtful_switch), or a K below it beats it by more than `down_margin` (0: any gain; rate objective)
+    (`optimism`: the choice reads the optimistic acceptance too; off by default).
     Draft-less admission (`admit`): a request admitted where K = 0 is settled (`_no_drafts_verdict`; it also needs
     `admit_min_reaches` verifications of draft position 1 in the worker totals) gets cap 0 for
     its life, so its draft prefill is skipped and a batch of such slots runs no proposer at all. A step holding
@@ -248,7 +248,7 @@ class AdaptivePolicy(SpeculationPolicy):
 
     def __init__(self, num_slots: int, k_max: int, *, pin_sampled: bool = False,
                  prior_weight: float = 6.0, decay: float = 0.92, need: int = 3, hold: int = 2,
-                 explore_every: int = 32, explore_max: int = 256, switch_margin: float = 0.02,
+                 explore_every: int = 32, explore_max: int = 256, switch_margin: float = 0.02, down_margin: float = 0.0,
                  admit_min_reaches: int = 64, k_prior_weight: float = 8.0,
                  redecide_every: int = 8, redecide_max: int = 32, confidence: float = 1.0, optimism: bool = False,
                  settle_costs: int = 6, probe_after: float = 128, probe_max: float = 2048, probe_hold: int = 4,
@@ -291,6 +291,10 @@ class AdaptivePolicy(SpeculationPolicy):
         self.admit_min_reaches = admit_min_reaches  # draft-position-1 verifications before admission may settle K = 0
         self.prior_weight, self.decay = prior_weight, decay
         self.need, self.hold, self.explore_every, self.switch_margin = need, hold, explore_every, switch_margin
+        # the rate objective's margin for a switch down to a smaller K (best_k): a K below the current one is read
+        # from verifications anchored by the current K's steps, which read it low (docs/adaptive.md, "The one-slot
+        # K = 3 lock-in"), and its positions are verified in every step: no margin by default
+        self.down_margin = down_margin
         self.explore_max = explore_max
         self.explore_interval = explore_every  # decode steps between neighbour explorations (backs off)
         self.last_explored = 0  # num_choices at the last neighbour exploration
@@ -1033,9 +1037,11 @@ class AdaptivePolicy(SpeculationPolicy):
         # evidence: stay
         self.doubted = None
         if self.kept_k is not None and best != self.kept_k:
-            if rates[best] < (1 + self.switch_margin) * rates[self.kept_k]:
+            up, kept_rate = best > self.kept_k, rates[self.kept_k]
+            if (rates[best] < (1 + self.switch_margin) * kept_rate if up  # a tie keeps the current K either way
+                    else rates[best] <= (1 + self.down_margin) * kept_rate):
                 best = self.kept_k
-            elif best > self.kept_k and self._doubtful_switch(best, rows, k_b, seconds, rates[self.kept_k]):
+            elif up and self._doubtful_switch(best, rows, k_b, seconds, kept_rate):
                 best, self.doubted = self.kept_k, best
         self._settle(best, live, None if self.optimism else gain, seconds)
         k_b = np.minimum(best, self.cap)

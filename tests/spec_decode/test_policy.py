@@ -205,6 +205,22 @@ def test_adaptive_first_choice_has_no_incumbent():
     assert policy.best_k(live, np.array([1.0, 1.0, 2.35 / 1.918]))[0] == 1  # within the 2% margin of the choice
 
 
+def test_adaptive_switches_down_to_a_better_k_without_the_margin():
+    """The rate objective takes a K below the current one as soon as its rate is above the current K's (down_margin
+    0): its positions are verified in every step the current K runs, whose anchors read it low (at one slot on the
+    tiny pair, K = 3 kept while K = 2 read 1-3% behind where steady steps put it 6-9% ahead). A switch up still needs
+    switch_margin (2%)."""
+    policy = _adaptive(1, 3, [[0.9, 0.8, 0.5]])
+    live = np.array([True])
+    gain = policy.expected_by_k(policy.acceptance())[0][0]  # 1, 1.9, 2.62, 2.98
+    policy.kept_k = 3
+    assert policy.best_k(live, np.array([10.0, 10.0, gain[2] / 1.01, gain[3]]))[0] == 2  # K = 2 1% ahead
+    assert policy.best_k(live, np.array([10.0, 10.0, gain[2], gain[3] / 1.01]))[0] == 2  # K = 3 1% ahead: stays
+    policy.down_margin = 0.02
+    policy.kept_k = 3
+    assert policy.best_k(live, np.array([10.0, 10.0, gain[2] / 1.01, gain[3]]))[0] == 3  # the old symmetric margin
+
+
 def _thin_k3(k3_reaches, k3_accept, k2_reaches=500, k2_accept=(0.9, 0.8)):
     """One slot, k_max 3: worker prior 0.9 / 0.8 / 0.6 per position (1000 / 900 / 100 verifications); the steps after
     a K = 2 step and after a K = 3 step anchored k2_reaches / k3_reaches verifications at the acceptance given (every
