@@ -55,8 +55,9 @@ _KINDS = {_I: "iub", _F: "fiub", _B: "b"}  # what converts losslessly
 def _checked(array, dtype: np.dtype, shape: tuple[int, ...], name: str) -> np.ndarray:
     """`array` as a C-contiguous `dtype` array of `shape` (converted from an integer / bool array where dtype
     allows, else ValueError naming it): C reads exactly that many elements from it."""
-    if type(array) is np.ndarray and array.dtype is dtype and array.shape == shape and array.flags.c_contiguous:
-        return array  # the common case, in a few attribute reads
+    if (type(array) is np.ndarray and (array.dtype is dtype or array.dtype == dtype) and array.shape == shape
+            and array.flags.c_contiguous):
+        return array  # the common case, in a few attribute reads (an unpickled array's dtype is equal, not the same)
     got = np.asarray(array) if isinstance(array, (np.ndarray, list, tuple)) else None
     if got is None or got.shape != shape or got.dtype.kind not in _KINDS[dtype]:
         what = type(array).__name__ if got is None else f"{got.dtype}{list(got.shape)}"
@@ -87,9 +88,9 @@ class PolicyHost:
                       k_totals=k_totals, k_shift=k_shift, carry=carry, fill=fill, scalars=scalars, allowed=allowed,
                       prev_allowed=prev_allowed, cap=cap, fresh=fresh)
         for name, array in arrays.items():  # written in place: a converted copy would not be the policy's array
-            if _checked(array, *shapes[name], name) is not array:
-                raise ValueError(f"policy arithmetic: state {name} must be a C-contiguous {shapes[name][0]}"
-                                 f"{list(shapes[name][1])} array")
+            if _checked(array, *shapes[name], name) is not array or not array.flags.writeable:
+                raise ValueError(f"policy arithmetic: state {name} must be a writeable C-contiguous "
+                                 f"{shapes[name][0]}{list(shapes[name][1])} array")
         self._arrays = arrays  # kept alive (and never replaced) while C holds their addresses
         self.state = _State(n, k, *(_at(arrays[name]) for name, _ in _State._fields_[2:]))
         self._ref = ctypes.addressof(self.state)
@@ -106,6 +107,11 @@ class PolicyHost:
         # inside the worker (__array_interface__ and the checks), a copy into a fixed buffer ~3 us
         self._drafted, self._emitted = np.zeros(n, np.int64), np.zeros(n, np.int64)
         self._step_at = (_at(self._drafted), _at(self._emitted))
+
+    def __reduce__(self):
+        """Copied or pickled with the arrays (a deep copy of the policy gives this the copied arrays, whose addresses
+        the new state takes): never the old addresses."""
+        return _rebuild, (self._arrays,)
 
     def count(self, drafted: np.ndarray, emitted: np.ndarray, decay: float, prior_weight: float, *, by_anchor: bool,
               count_fill: bool) -> bool:
@@ -145,3 +151,7 @@ class PolicyHost:
         out = np.empty(k + 1)
         self._drain(self._ref, *(_at(a) for a in arrays), prior_weight, size, _at(out))
         return out
+
+
+def _rebuild(arrays: dict) -> PolicyHost:
+    return PolicyHost(**arrays)

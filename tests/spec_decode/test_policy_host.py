@@ -2,6 +2,8 @@
 numpy formulas (tests/spec_decode/policy_reference.py, AdaptivePolicy.expected_by_k / acceptance / prior_by_k) on
 random states, and its checks on the arrays passed to C."""
 
+import copy
+import pickle
 import re
 
 import numpy as np
@@ -195,8 +197,12 @@ def test_drain_and_expected_refuse_what_c_cannot_read():
 
 
 def test_state_arrays_must_be_the_policys_own():
-    with pytest.raises(ValueError, match=r"state allowed must be a C-contiguous int64\[3\] array"):
+    with pytest.raises(ValueError, match=r"state allowed must be a writeable C-contiguous int64\[3\] array"):
         _host(allowed=np.zeros(3, np.int32))
+    frozen = np.zeros(5)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match=r"state carry must be a writeable C-contiguous float64\[5\] array"):
+        _host(carry=frozen)
     with pytest.raises(ValueError, match=r"k_max = 65; allowed: 1..64"):
         _host(k=MAX_K + 1)
 
@@ -210,3 +216,16 @@ def test_assigning_a_state_array_writes_into_the_buffer_c_reads():
     np.testing.assert_array_equal(buffer, [1, 2, 0])
     with pytest.raises(ValueError):
         policy.allowed = np.zeros(4, np.int64)
+
+
+def test_a_copied_policy_counts_into_its_own_arrays():
+    """A deep copy (or a pickle) of the policy gets a PolicyHost over the copied arrays, not the old addresses."""
+    policy = AdaptivePolicy(2, 2)
+    policy.allowed = [2, 2]
+    step = PolicyStep(live=np.ones(2, dtype=bool), drafted=np.array([2, 2]), emitted=np.array([3, 1]), cost=None)
+    for twin in (copy.deepcopy(policy), pickle.loads(pickle.dumps(policy))):
+        assert twin._host.state.allowed == twin.allowed.__array_interface__["data"][0] != \
+            policy._host.state.allowed
+        twin.observe(step)
+        np.testing.assert_array_equal(twin.totals, [[2, 1], [1, 1]])
+        assert not policy.totals.any()
