@@ -3,9 +3,10 @@
 numpy arrays.
 
 Why: inside a running worker a numpy call costs ~3-5 us (the model's step leaves the caches cold), and the policy made
-~8 a step and ~60-80 a drain decision; one ctypes call with the addresses kept costs ~2 us (docs/adaptive.md, "Cost
-of the choice itself"). The state arrays are registered once (their addresses are kept: the policy never replaces
-them, only writes into them); an array passed per call is checked (dtype, shape, contiguity) before C reads it.
+~8 a step and ~60-80 a drain decision; one ctypes call with the addresses kept costs ~2-9 us there (docs/adaptive.md,
+"Cost of the choice itself"). The state arrays are registered once (their addresses are kept: the policy never replaces
+them, only writes into them); an array passed per call is checked (dtype, shape, contiguity) before C reads it, or
+copied into a fixed buffer (count's step arrays).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 // docs/adaptive.md "Cost of the choice itself"), called through ctypes with the policy's own numpy arrays.
 //
 // Not an op: no tensor, no device. The policy runs on the host between two steps, and inside a running worker each
-// numpy call it made cost ~3-5 us (the model's step leaves the caches cold), ~25-80 calls a step or a decision. One
-// call here costs ~2 us. The numpy formulas these follow stay in the tests
+// numpy call it made cost ~3-5 us (the model's step leaves the caches cold), ~8 a step and ~60-80 a drain decision.
+// One call here costs ~2-9 us there. The numpy formulas these follow stay in the tests
 // (tests/spec_decode/policy_reference.py) and are checked against these to 1e-12.
 //
 // Layouts (float64 unless said; N slots, K = k_max, row-major): slot_counts, slot_raw [2, N, K] (reaches,
