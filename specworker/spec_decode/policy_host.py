@@ -134,7 +134,7 @@ class PolicyHost:
         if sign not in self._outputs:
             raise ValueError(f"policy arithmetic: sign = {sign!r}; allowed: -1, 0, 1")
         self._params[:] = (prior_weight, k_prior_weight, confidence, carry_prior)
-        self._expected(self._ref, sign, int(by_anchor), self._params_at, *self._outputs[sign])
+        _ok(self._expected(self._ref, sign, int(by_anchor), self._params_at, *self._outputs[sign]), "expected")
         return self._gain[sign], self._reach[sign]
 
     def drain(self, gain: np.ndarray, reach: np.ndarray, live: np.ndarray, remaining: np.ndarray,
@@ -150,8 +150,15 @@ class PolicyHost:
                   _checked(remaining, _I, (n,), "remaining"), _checked(seconds, _F, (size, k + 1), "seconds"),
                   _checked(spread, _F, (k + 1,), "spread"), _checked(scores, _F, (size,), "scores"))
         out = np.empty(k + 1)
-        self._drain(self._ref, *(_at(a) for a in arrays), prior_weight, size, _at(out))
+        _ok(self._drain(self._ref, *(_at(a) for a in arrays), prior_weight, size, _at(out)), "drain")
         return out
+
+
+def _ok(status: int, name: str) -> None:
+    """A C function's status: 0, or it refused its arguments (the checks above make that unreachable) and wrote
+    nothing to read."""
+    if status != 0:
+        raise RuntimeError(f"policy arithmetic: specworker_policy_{name} refused its arguments (status {status})")
 
 
 def _rebuild(arrays: dict) -> PolicyHost:
