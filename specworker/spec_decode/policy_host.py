@@ -1,6 +1,6 @@
-"""The adaptive policy's compiled host arithmetic: per-step counting, E by K, and the drain objective
-(custom_ops/cpu_ops/kernels/speculation_policy.cc, in the ops library), called through ctypes on the policy's own
-numpy arrays.
+"""The adaptive policy's compiled host arithmetic: per-step counting, E by K, the drain objective and the population's
+spread (custom_ops/cpu_ops/kernels/speculation_policy.cc, in the ops library), called through ctypes on the policy's
+own numpy arrays.
 
 Why: inside a running worker a numpy call costs ~3-5 us (the model's step leaves the caches cold), and the policy made
 ~8 a step and ~60-80 a drain decision; one ctypes call with the addresses kept costs ~2-9 us there (docs/adaptive.md,
@@ -45,7 +45,9 @@ def _library() -> ctypes.CDLL:
     lib.specworker_policy_count.argtypes = [_P, _P, _P, _F64, _F64, _I64]
     lib.specworker_policy_expected.argtypes = [_P, _I64, _I64, _P, _P, _P]
     lib.specworker_policy_drain.argtypes = [_P, _P, _P, _P, _P, _P, _P, _P, _F64, _I64, _P]
-    for f in (lib.specworker_policy_count, lib.specworker_policy_expected, lib.specworker_policy_drain):
+    lib.specworker_policy_spread.argtypes = [_P, _P, _I64, _P]
+    for f in (lib.specworker_policy_count, lib.specworker_policy_expected, lib.specworker_policy_drain,
+              lib.specworker_policy_spread):
         f.restype = ctypes.c_int
     return lib
 
@@ -96,8 +98,9 @@ class PolicyHost:
         self.state = _State(n, k, *(_at(arrays[name]) for name, _ in _State._fields_[2:]))
         self._ref = ctypes.addressof(self.state)
         lib = _library()
-        self._count, self._expected, self._drain = (lib.specworker_policy_count, lib.specworker_policy_expected,
-                                                    lib.specworker_policy_drain)
+        self._count, self._expected, self._drain, self._spread = (
+            lib.specworker_policy_count, lib.specworker_policy_expected, lib.specworker_policy_drain,
+            lib.specworker_policy_spread)
         # expected's outputs per sign (-1, 0, +1), valid until the next call with the same sign; and its parameters
         self._gain = {s: np.zeros((n, k + 1)) for s in (-1, 0, 1)}
         self._reach = {s: np.zeros((k + 1, n, k)) for s in (-1, 0, 1)}
@@ -151,6 +154,19 @@ class PolicyHost:
                   _checked(spread, _F, (k + 1,), "spread"), _checked(scores, _F, (size,), "scores"))
         out = np.empty(k + 1)
         _ok(self._drain(self._ref, *(_at(a) for a in arrays), prior_weight, size, _at(out)), "drain")
+        return out
+
+
+    def spread(self, profiles: np.ndarray, count: int) -> np.ndarray:
+        """[K + 1] AdaptivePolicy.population_spread over the first `count` rows of profiles [W, 2, K] (each a
+        finished request's reaches and successes), at the worker prior of the state's totals."""
+        shape = np.shape(profiles) if isinstance(profiles, (np.ndarray, list, tuple)) else ()
+        rows = shape[0] if len(shape) == 3 else 0
+        profiles = _checked(profiles, _F, (rows, 2, self.k_max), "profiles")  # names W as the rows it got, or 0
+        if type(count) is not int or not 0 <= count <= rows:
+            raise ValueError(f"policy arithmetic: count = {count!r}; allowed: an int in 0..{rows} (the profiles' rows)")
+        out = np.empty(self.k_max + 1)
+        _ok(self._spread(self._ref, _at(profiles), count, _at(out)), "spread")
         return out
 
 

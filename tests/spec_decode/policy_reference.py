@@ -1,12 +1,12 @@
 """numpy references of AdaptivePolicy's compiled arithmetic (PolicyHost, custom_ops/cpu_ops/kernels/
-speculation_policy.cc), written from the formulas of its docstrings: the drain objective, and the counting of one
-step as a plain loop over slots and positions."""
+speculation_policy.cc), written from the formulas of its docstrings: the drain objective, the population's spread, and the
+counting of one step as a plain loop over slots and positions."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from specworker.spec_decode.policy import AdaptivePolicy, _blom_scores, _laplace, _shrunk
+from specworker.spec_decode.policy import AdaptivePolicy, _blom_scores, _laplace, _shrunk, expected_tokens
 
 
 def drain_seconds(policy: AdaptivePolicy, live: np.ndarray, remaining: np.ndarray,
@@ -36,6 +36,28 @@ def drain_seconds(policy: AdaptivePolicy, live: np.ndarray, remaining: np.ndarra
     lengths = steps.copy()
     lengths[:, 1:] -= steps[:, :-1]
     return (lengths * seconds.T).sum(axis=1)
+
+
+def population_spread(profiles: np.ndarray, prior: np.ndarray) -> np.ndarray:
+    """[K + 1] AdaptivePolicy.population_spread of profiles [R, 2, K] (each finished request's reaches and successes)
+    at the worker prior [K], in numpy: each request's own a_j (the prior where never reached), the variance of E(K)
+    over the requests less the mean of each one's binomial noise carried to E(K) by dE(K) / da_j; zeros below two."""
+    k = len(prior)
+    if len(profiles) < 2:
+        return np.zeros(k + 1)
+    reaches, successes = profiles[:, 0], profiles[:, 1]
+    own = np.where(reaches > 0, successes / np.maximum(reaches, 1e-12), prior)  # [R, K]
+    noise = own * (1.0 - own) / np.maximum(reaches, 1.0)  # [R, K] variance of each a_j
+    # dE(K)/da_j = sum over i = j .. K - 1 of prod_{l <= i, l != j} a_l
+    grad = np.zeros((len(own), k + 1, k))
+    for j in range(k):
+        without = own.copy()
+        without[:, j] = 1.0
+        reach = np.cumprod(without, axis=1)  # [R, K]: prod_{l <= i, l != j} a_l
+        grad[:, j + 1:, j] = np.cumsum(reach[:, j:], axis=1)  # K = j + 1 .. k
+    noise_e = (grad ** 2 * noise[:, None, :]).sum(axis=2)  # [R, K + 1]
+    spread = expected_tokens(own).var(axis=0) - noise_e.mean(axis=0)
+    return np.sqrt(np.maximum(spread, 0.0))
 
 
 class CountingLoop:

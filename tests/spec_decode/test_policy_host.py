@@ -37,7 +37,7 @@ def _random_state(policy: AdaptivePolicy, rng: np.random.Generator, *, spread_re
     policy.cap[:] = rng.integers(0, k + 1, n) if rng.random() < 0.5 else k
     for _ in range(spread_requests):
         r = rng.uniform(3, 40, k)
-        policy.profiles.append(np.stack([r, r * rng.uniform(0, 1, k)]))
+        policy.add_profile(np.stack([r, r * rng.uniform(0, 1, k)]))
     policy._spread = None
 
 
@@ -177,6 +177,40 @@ def test_count_takes_int32_and_lists_as_integers():
     host._arrays["allowed"][:] = 2
     assert host.count(np.array([2, 0, 1], np.int32), [3, 1, 2], 0.9, 6.0, by_anchor=True, count_fill=False)
     np.testing.assert_array_equal(host._arrays["totals"], [[3, 2], [2, 1]])  # reached 2, 1, 2; accepted 2, 0, 1
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_population_spread_equals_numpy(k):
+    """population_spread (PolicyHost.spread) == the numpy formulas over random finished requests: none, one, two, a
+    few, a full window and past it (the oldest dropped), positions never reached (read at the prior), requests that
+    accept all or nothing, one verification each."""
+    rng = np.random.default_rng(k)
+    for count in (0, 1, 2, 3, 17, 128, 131, 300):
+        policy = AdaptivePolicy(4, k)
+        _random_state(policy, rng)
+        kept = []
+        for _ in range(count):
+            r = np.sort(rng.choice([0.0, 1.0, 3.0, 12.0, 40.0, 300.0], k))[::-1]
+            s = r * rng.choice([0.0, 1.0, 0.5, rng.uniform()], k)
+            evidence = np.stack([r, s])
+            policy.add_profile(evidence)
+            kept = (kept + [evidence])[-policy.profile_window:]
+        want = policy_reference.population_spread(np.array(kept).reshape(-1, 2, k), policy.prior())
+        np.testing.assert_allclose(policy.population_spread(), want, rtol=RTOL, atol=1e-12)
+        assert len(policy.profiles) == len(kept) and all(np.array_equal(a, b) for a, b in zip(policy.profiles, kept))
+
+
+def test_spread_refuses_what_c_cannot_read():
+    host = _host(k=3)
+    assert host.spread(np.zeros((4, 2, 3)), 4).shape == (4,)
+    with pytest.raises(ValueError, match=r"profiles must be a float64\[4, 2, 3\] array, got float64\[4, 2, 2\]"):
+        host.spread(np.zeros((4, 2, 2)), 2)
+    with pytest.raises(ValueError, match=r"profiles must be a float64\[0, 2, 3\] array, got float64\[2, 3\]"):
+        host.spread(np.zeros((2, 3)), 2)
+    with pytest.raises(ValueError, match=r"count = 5; allowed: an int in 0..4"):
+        host.spread(np.zeros((4, 2, 3)), 5)
+    with pytest.raises(ValueError, match=r"count = -1; allowed"):
+        host.spread(np.zeros((4, 2, 3)), -1)
 
 
 def test_drain_and_expected_refuse_what_c_cannot_read():

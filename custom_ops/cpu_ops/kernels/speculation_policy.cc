@@ -228,3 +228,66 @@ extern "C" int specworker_policy_drain(const PolicyState* state, const double* g
   }
   return 0;
 }
+
+// The population's spread of E(K) for K = 0..k_max (AdaptivePolicy.population_spread): over `count` finished
+// requests (profiles [count, 2, K]: each one's reaches and successes over its life), the standard deviation of E(K)
+// less what the binomial noise of each request's own estimate would spread them by. Request r reads position j as
+// a_j = s_j / n_j (the worker prior p_j where n_j = 0), with noise variance a_j (1 - a_j) / max(n_j, 1), carried to
+// E(K) = 1 + sum_{i < K} prod_{l <= i} a_l by its derivative dE(K) / da_j = sum_{i = j}^{K - 1} prod_{l <= i, l != j}
+// a_l. out [K + 1] = sqrt(max(Var_r E(K) - mean_r noise(K), 0)); zeros below two requests. Returns 0, or -1 for a
+// bad k_max or count.
+extern "C" int specworker_policy_spread(const PolicyState* state, const double* profiles, int64_t count,
+                                        double* out) {
+  const PolicyState& s = *state;
+  const int64_t k = s.k_max;
+  if (k < 1 || k > kMaxK || count < 0) return -1;
+  std::fill(out, out + k + 1, 0.0);
+  if (count < 2) return 0;
+  double p[kMaxK];
+  Prior(s, p);
+  std::vector<double> e(count * (k + 1)), noise(count * (k + 1), 0.0);
+  for (int64_t r = 0; r < count; ++r) {
+    const double* reaches = profiles + r * 2 * k;
+    const double* successes = reaches + k;
+    double own[kMaxK], var[kMaxK];
+    for (int64_t j = 0; j < k; ++j) {
+      own[j] = reaches[j] > 0.0 ? successes[j] / reaches[j] : p[j];
+      var[j] = own[j] * (1.0 - own[j]) / std::max(reaches[j], 1.0);
+    }
+    double* row = e.data() + r * (k + 1);
+    double* row_noise = noise.data() + r * (k + 1);
+    double product = 1.0, sum = 1.0;
+    row[0] = 1.0;
+    for (int64_t i = 0; i < k; ++i) {
+      product *= own[i];
+      sum += product;
+      row[i + 1] = sum;
+    }
+    double before = 1.0;  // prod_{l < j} a_l
+    for (int64_t j = 0; j < k; ++j) {
+      double without = before, grad = 0.0;  // prod_{l <= i, l != j} a_l at i = j, and its running sum
+      for (int64_t i = j; i < k; ++i) {
+        if (i > j) without *= own[i];
+        grad += without;
+        row_noise[i + 1] += grad * grad * var[j];
+      }
+      before *= own[j];
+    }
+  }
+  for (int64_t kk = 0; kk <= k; ++kk) {
+    double mean = 0.0, mean_noise = 0.0;
+    for (int64_t r = 0; r < count; ++r) {
+      mean += e[r * (k + 1) + kk];
+      mean_noise += noise[r * (k + 1) + kk];
+    }
+    mean /= static_cast<double>(count);
+    mean_noise /= static_cast<double>(count);
+    double spread = 0.0;
+    for (int64_t r = 0; r < count; ++r) {
+      const double d = e[r * (k + 1) + kk] - mean;
+      spread += d * d;
+    }
+    out[kk] = std::sqrt(std::max(spread / static_cast<double>(count) - mean_noise, 0.0));
+  }
+  return 0;
+}
