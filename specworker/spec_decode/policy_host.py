@@ -156,7 +156,6 @@ class PolicyHost:
         _ok(self._drain(self._ref, *(_at(a) for a in arrays), prior_weight, size, _at(out)), "drain")
         return out
 
-
     def spread(self, profiles: np.ndarray, count: int) -> np.ndarray:
         """[K + 1] AdaptivePolicy.population_spread over the first `count` rows of profiles [W, 2, K] (each a
         finished request's reaches and successes), at the worker prior of the state's totals."""

@@ -1,6 +1,6 @@
 """numpy references of AdaptivePolicy's compiled arithmetic (PolicyHost, custom_ops/cpu_ops/kernels/
-speculation_policy.cc), written from the formulas of its docstrings: the drain objective, the population's spread, and the
-counting of one step as a plain loop over slots and positions."""
+speculation_policy.cc), written from the formulas of its docstrings: the drain objective, the population's spread,
+and the counting of one step as a plain loop over slots and positions."""
 
 from __future__ import annotations
 
