@@ -6,6 +6,7 @@ holds a set K while the profile is measured). Pure numpy; the run itself is spec
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 
@@ -19,6 +20,12 @@ __all__ = ["CostProfile", "ProfilePolicy", "ProfiledCosts", "ProfileRow", "build
 
 # a K's relative error where fewer than two rounds measured it (the policy's lower bound clips at 0.5)
 _UNKNOWN_ERROR = 0.5
+# served pairs correcting the profile's neighbour ratios (ProfiledCosts.add; docs/adaptive.md, "Served pairs")
+PAIR_WINDOW = 64  # the newest pairs kept per (profile size, K)
+PAIR_LEAST = 3  # pairs before a ratio is corrected at all
+PAIR_SPREAD_FLOOR = 0.05  # least standard deviation of a pair's log ratio (a few pairs can agree by chance)
+PROFILE_DRIFT = 0.04  # standard deviation of a neighbour ratio between profiles of one worker minutes apart, past
+# the rounds' own error: eight profiles of the tiny pair at 4 slots on one worker read T(4, 3) / T(4, 2) 1.20-1.33
 
 
 def profile_batch_sizes(max_num_seqs: int) -> list[int]:
@@ -136,12 +143,17 @@ def _ratio_error(ratios: list[float]) -> float:
 class ProfiledCosts:
     """What the adaptive policy reads of step costs (StepCostModel's interface), from a CostProfile: T(B, 0) is
     interpolated linearly in B between the measured batch sizes (a step's cost is near affine in B) and each K's
-    ratio to it linearly in ln B; beyond the measured sizes, the nearest. Nothing measured while serving moves it:
-    `add` only counts.
+    ratio to it linearly in ln B; beyond the measured sizes, the nearest. What serving measures moves it only through
+    served pairs (below).
 
     `fill` [K]: the share of steps allowed draft j that fed one (AdaptivePolicy keeps it): a lookup proposer finds
     no draft in many steps, and a step allowed K drafts then costs what it feeds, T at n = sum_{j <= K} fill_j drafts
     a slot, interpolated between the integer n the profile measured (MTP always drafts: fill 1).
+
+    Served pairs correct the neighbour ratios T(B, K) / T(B, K - 1) at the profile's batch sizes (`add`): two steady
+    steps one after the other at one of them, of K and K - 1, both feeding full drafts (an exploration and the steps
+    it interrupts), give one log ratio each; the median of a cell's pairs moves the profile's ratio by the weight of
+    a normal posterior, the profile's error (its rounds' and PROFILE_DRIFT) against the median's.
     """
 
     profiled = True
@@ -157,9 +169,54 @@ class ProfiledCosts:
         self.fill = np.ones(k)
         self._cache: dict[tuple[int, int, bytes], tuple[np.ndarray, np.ndarray]] = {}  # predict's, by fill
         self._tables: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # B -> _at's
+        self.correction = np.zeros_like(profile.seconds)  # [G, K + 1] ln factor on T(B, K) / T(B, K - 1) (0 at K = 0)
+        self.version = 0  # counts the changes of the correction (the policy's cached drain tables are per version)
+        self._pairs: dict[tuple[int, int], collections.deque] = {}  # (size index, K) -> served pairs' ln ratios
+        self._last: tuple[int, int, int, float] | None = None  # (K, B, drafts, seconds less own) of the last added
+        self.pair_least = PAIR_LEAST  # pairs before a cell corrects (tests: inf, no correction)
 
-    def add(self, k: int, cost: StepCost, *, replace_near: bool = False) -> None:
+    def add(self, k: int, cost: StepCost, *, replace_near: bool = False, own_seconds: float = 0.0) -> None:
+        """Counts a steady step served at K; with the one added before it, a served pair (class docstring) when both
+        ran at one of the profile's batch sizes, at neighbouring K, each feeding K drafts a slot. own_seconds: the
+        policy's own host time inside the step, left out of the pair (the profile's steps hold none of it, and the
+        step that ends an exploration holds the decision after it: ~10% of a 4-slot step of the tiny pair)."""
         self.observed[k] = self.observed.get(k, 0) + 1
+        last, self._last = self._last, (k, cost.num_slots, cost.num_drafts, cost.seconds - own_seconds)
+        if last is None or abs(last[0] - k) != 1 or last[1] != cost.num_slots:
+            return
+        sizes = self.profile.batch_sizes.tolist()
+        if cost.num_slots not in sizes or min(last[3], self._last[3]) <= 0 or any(
+                drafts != j * b for j, b, drafts, _ in (last, self._last)):
+            return
+        (_, _, _, low), (top, _, _, high) = sorted((last, self._last))
+        g = sizes.index(cost.num_slots)
+        cell = self._pairs.setdefault((g, top), collections.deque(maxlen=PAIR_WINDOW))
+        cell.append(math.log(high / low))
+        self._correct(g, top, np.array(cell))
+
+    def _correct(self, g: int, k: int, logs: np.ndarray) -> None:
+        """The correction of T(B_g, k) / T(B_g, k - 1) from its cell's served log ratios: the posterior mean of the
+        shift, prior N(0, e_k^2 + e_(k-1)^2 + PROFILE_DRIFT^2) (e: the profile's rounds' errors), the median of the
+        pairs with standard error 1.25 s / sqrt(n) (s: 1.4826 x their MAD, at least PAIR_SPREAD_FLOOR); none below
+        pair_least (PAIR_LEAST) pairs. The table's T and V at B_g scale by the product of the corrections up to each K."""
+        p = self.profile
+        shift = 0.0
+        if len(logs) >= self.pair_least:
+            median = float(np.median(logs))
+            spread = max(1.4826 * float(np.median(np.abs(logs - median))), PAIR_SPREAD_FLOOR)
+            data = (1.25 * spread) ** 2 / len(logs)
+            prior = p.error[g, k] ** 2 + p.error[g, k - 1] ** 2 + PROFILE_DRIFT ** 2
+            shift = (median - math.log(p.seconds[g, k] / p.seconds[g, k - 1])) * prior / (prior + data)
+        if shift != self.correction[g, k]:
+            self.correction[g, k] = shift
+            self.version += 1
+            self._tables.clear()
+            self._cache.clear()
+
+    def corrected(self) -> tuple[np.ndarray, np.ndarray]:
+        """([G, K + 1] T, [G, K + 1] V) of the profile with the served pairs' corrections."""
+        factor = np.exp(np.cumsum(self.correction, axis=1))
+        return self.profile.seconds * factor, self.profile.verify * factor
 
     nearness = StepCostModel.nearness  # the same kernel weight (it reads only `bandwidth`)
 
@@ -172,12 +229,13 @@ class ProfiledCosts:
 
     def _interpolate(self, num_slots: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         p = self.profile
+        seconds, verify = self.corrected() if self.version else (p.seconds, p.verify)
         sizes = p.batch_sizes.astype(np.float64)
         b = float(num_slots)
         logs, at = np.log(sizes), math.log(max(b, 1.0))
-        t0, v0 = np.interp(b, sizes, p.seconds[:, 0]), np.interp(b, sizes, p.verify[:, 0])
-        t_ratio = np.array([np.interp(at, logs, p.seconds[:, k] / p.seconds[:, 0]) for k in range(p.k_max + 1)])
-        v_ratio = np.array([np.interp(at, logs, p.verify[:, k] / p.verify[:, 0]) for k in range(p.k_max + 1)])
+        t0, v0 = np.interp(b, sizes, seconds[:, 0]), np.interp(b, sizes, verify[:, 0])
+        t_ratio = np.array([np.interp(at, logs, seconds[:, k] / seconds[:, 0]) for k in range(p.k_max + 1)])
+        v_ratio = np.array([np.interp(at, logs, verify[:, k] / verify[:, 0]) for k in range(p.k_max + 1)])
         error = np.array([np.interp(at, logs, p.error[:, k]) for k in range(p.k_max + 1)])
         return t0 * t_ratio, v0 * v_ratio, error
 

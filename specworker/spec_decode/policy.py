@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -289,6 +290,8 @@ class AdaptivePolicy(SpeculationPolicy):
         # (signature, k_b, output, allowed, recent K, draft-less) of the last step that returned a decision (_kept_choice)
         self._kept: tuple | None = None
         self._no_drafts: tuple | None = None  # (signature, _no_draft_choice's answer) of the last signature it judged
+        self._own_seconds = 0.0  # host seconds of the last choose (ProfiledCosts' served pairs leave them out)
+        self.host_clock = time.perf_counter  # what times choose (a replay of synthetic costs: a clock standing still)
         self.k_prior_weight = k_prior_weight
         self.admit_min_reaches = admit_min_reaches  # draft-position-1 verifications before admission may settle K = 0
         self.prior_weight, self.decay = prior_weight, decay
@@ -641,7 +644,7 @@ class AdaptivePolicy(SpeculationPolicy):
             # a probe's first steady step of K replaces K's stale rows near its batch size (_probed)
             fresh = (k > 0 and self.probe is not None and k not in self.probe_fresh
                      and self.costs.nearness(b, self.probe[0]) >= 0.5)
-            self.costs.add(k, step.cost, replace_near=fresh)
+            self.costs.add(k, step.cost, replace_near=fresh, own_seconds=self._own_seconds)
             if fresh:
                 self.probe_fresh.add(k)
             if k > 0:
@@ -724,6 +727,13 @@ class AdaptivePolicy(SpeculationPolicy):
 
     # ---- the choice ----
     def choose(self, step: PolicyStep) -> np.ndarray:
+        start = self.host_clock()
+        try:
+            return self._choose_step(step)
+        finally:
+            self._own_seconds = self.host_clock() - start  # inside the step whose cost the next choose observes
+
+    def _choose_step(self, step: PolicyStep) -> np.ndarray:
         self._admission = None  # the next step's admissions decide afresh
         self.observe(step)
         signature = (step.live.tobytes(), self.pinned.tobytes(), self.cap.tobytes(), self.draftless.tobytes())
@@ -970,9 +980,10 @@ class AdaptivePolicy(SpeculationPolicy):
     def _drain_costs(self, size: int) -> np.ndarray:
         """[size, K + 1] T(size - i, K) of drain_seconds' segments i (the slots still decoding in each), read at the
         points of _drain_grid and interpolated linearly in B between them. Profiled costs change only with the fill
-        (set_fill): the table is kept per (size, fill), which spares a decision ~15 numpy calls (a numpy call costs
-        ~5 us inside a worker's step); costs learnt while serving change every step and are read afresh."""
-        key = (size, self.costs.fill.tobytes()) if self.profiled else None
+        (set_fill) and the served pairs' corrections (ProfiledCosts.version): the table is kept per (size, fill,
+        version), which spares a decision ~15 numpy calls (a numpy call costs ~5 us inside a worker's step); costs
+        learnt while serving change every step and are read afresh."""
+        key = (size, self.costs.fill.tobytes(), self.costs.version) if self.profiled else None
         if key is not None and key in self._drain_tables:
             return self._drain_tables[key]
         grid = _drain_grid(size)

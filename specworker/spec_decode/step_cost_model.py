@@ -151,9 +151,11 @@ class StepCostModel:
         # (B, k_max) -> predict's last fits there and its arrays
         self._predicted: dict[tuple[int, int], tuple[tuple, tuple[np.ndarray, np.ndarray], np.ndarray]] = {}
 
-    def add(self, k: int, cost: StepCost, *, replace_near: bool = False) -> None:
+    def add(self, k: int, cost: StepCost, *, replace_near: bool = False, own_seconds: float = 0.0) -> None:
         """One steady observation of K. replace_near: K's rows near its batch size (kernel weight >= 0.5) are
-        dropped first, the observation taking their place (a probe's re-measurement of a stale K, AdaptivePolicy)."""
+        dropped first, the observation taking their place (a probe's re-measurement of a stale K, AdaptivePolicy).
+        own_seconds (the policy's own host time in the step) is not left out here: these costs are what serving
+        pays, decisions included (profiled costs leave it out of their served pairs)."""
         if replace_near and k in self.samples:
             self.samples[k] = [row for row in self.samples[k] if self.nearness(row[0], cost.num_slots) < 0.5]
             self._unfitted[k] = max(self._unfitted.get(k, 0), self.refit_every)  # its cached fits are stale

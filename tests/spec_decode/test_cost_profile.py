@@ -137,6 +137,99 @@ def test_profiled_costs_interpolate_t0_in_b_and_ratios_in_log_b():
     assert costs.nearness(4, 4) == 1.0 and costs.nearness(8, 4) < 0.5
 
 
+def _served(costs, k, seconds, b=4, drafts=None, own=0.0):
+    costs.add(k, StepCost(num_slots=b, num_drafts=k * b if drafts is None else drafts, num_substeps=k,
+                          seconds=seconds, verify_seconds=0.6 * seconds), own_seconds=own)
+
+
+def test_served_pairs_correct_a_neighbour_ratio_by_their_median():
+    """Steady steps one after the other at one of the profile's sizes, of neighbouring K with full drafts, are served
+    pairs; a cell's median moves the profile's ratio T(B, K) / T(B, K - 1) by the posterior weight (formula written
+    out here), and T(B, j) for j >= K with it; nothing else moves."""
+    table = [[1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0, 6.6]]  # T(4, 3) / T(4, 2) = 1.10 in the profile
+    costs = ProfiledCosts(_profile([1, 4], table))
+    before = {b: costs.predict(b, 3) for b in (1, 2, 4)}
+    rng = np.random.default_rng(3)
+    logs = []
+    for i in range(12):  # K = 2 runs, K = 3 explored: 2, 3, 2, 3, ... (each step pairs with the one before it)
+        k = 2 + i % 2
+        seconds = (6.0 if k == 2 else 7.2) * float(np.exp(rng.normal(0.0, 0.02)))
+        _served(costs, k, seconds, own=0.001 * i)  # the policy's own seconds are left out of the pair
+        if i:
+            logs.append((1 if k == 3 else -1) * math.log((seconds - 0.001 * i) / last))
+        last = seconds - 0.001 * i
+        if i < 3:  # fewer than PAIR_LEAST pairs: no correction yet
+            assert costs.version == 0 and np.array_equal(costs.predict(4, 3)[0], before[4][0])
+    logs = np.array(logs)
+    median = float(np.median(logs))
+    spread = max(1.4826 * float(np.median(np.abs(logs - median))), 0.05)
+    prior = 0.3 ** 2 + 0.2 ** 2 + 0.04 ** 2  # the profile's errors at K = 3 and 2 (_profile), and PROFILE_DRIFT
+    shift = (median - math.log(1.1)) * prior / (prior + (1.25 * spread) ** 2 / len(logs))
+    assert costs.correction[1].tolist() == [0.0, 0.0, 0.0, pytest.approx(shift, rel=1e-12)]
+    seconds, verify = costs.predict(4, 3)
+    np.testing.assert_allclose(seconds, [2.0, 4.0, 6.0, 6.6 * math.exp(shift)], rtol=1e-12)
+    np.testing.assert_allclose(verify, 0.5 * seconds, rtol=1e-12)
+    assert 1.18 < seconds[3] / seconds[2] < 1.22  # 1.2 served (+-2% a step); the profile's errors weigh little
+    np.testing.assert_array_equal(costs.predict(1, 3)[0], before[1][0])  # another size keeps its ratios
+    at_2 = costs.predict(2, 3)[0]  # ratios to K = 0 halfway in ln B between sizes 1 and 4, the corrected one at 4
+    np.testing.assert_allclose(at_2[3] / at_2[0], (4.0 + 3.3 * math.exp(shift)) / 2, rtol=1e-12)
+
+
+def test_served_pairs_need_one_profile_size_neighbouring_k_and_full_drafts():
+    costs = ProfiledCosts(_profile([1, 4], [[1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0, 6.6]]))
+    for _ in range(4):
+        _served(costs, 2, 6.0)
+        _served(costs, 3, 8.0, b=3)  # 3 slots: not a size the profile measured (and the next pair spans two sizes)
+    for _ in range(4):
+        _served(costs, 1, 4.0)
+        _served(costs, 3, 8.0)  # K = 1 and 3 are not neighbours
+    for _ in range(4):
+        _served(costs, 2, 6.0)
+        _served(costs, 3, 8.0, drafts=10)  # a step that fed fewer than K drafts a slot
+    # one pair in all: the last K = 3 of the second loop (4 slots, full drafts) and the first K = 2 of the third
+    assert {key: len(cell) for key, cell in costs._pairs.items()} == {(1, 3): 1} and costs.version == 0
+    assert not costs.correction.any() and costs.observed == {1: 4, 2: 8, 3: 12}
+    costs.pair_least = math.inf  # no correction at any count
+    for _ in range(8):
+        _served(costs, 2, 6.0)
+        _served(costs, 3, 8.0)
+    assert costs.version == 0 and len(costs._pairs[1, 3]) == 1 + 15  # the first K = 2 follows a short step
+
+
+def test_served_pairs_outvote_a_spike_on_either_side():
+    """The median of single steps against single steps: a 3x load spike on the explored side now and then moves it
+    little (a mean of the logs would read it ~15% dearer)."""
+    costs = ProfiledCosts(_profile([1, 4], [[1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0, 7.2]]))
+    for i in range(20):
+        _served(costs, 2, 6.0)
+        _served(costs, 3, 7.2 * (3.0 if i % 5 == 0 else 1.0))
+    seconds = costs.predict(4, 3)[0]
+    assert abs(seconds[3] / seconds[2] / 1.2 - 1) < 0.01
+
+
+def test_the_policy_reads_corrected_costs_and_leaves_its_own_time_out():
+    """The adaptive policy files each steady step with its own host seconds in it (the last choose's), and its
+    cached drain tables follow the corrections (ProfiledCosts.version)."""
+    policy = AdaptivePolicy(4, 3, counts_fill=False)  # a draft model's: every K feeds K drafts (fill 1)
+    policy.use_profile(_profile([1, 4], [[1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0, 6.6]]))
+    filed = []
+    add = policy.costs.add
+    policy.costs.add = lambda k, cost, **kw: (filed.append((k, kw["own_seconds"])), add(k, cost, **kw))
+    ticks = iter(np.arange(0.0, 100.0, 0.25))
+    policy.host_clock = lambda: float(next(ticks))  # each choose takes 0.25 s on this clock
+    live = np.ones(4, dtype=bool)
+    for _ in range(4):
+        policy.choose(PolicyStep(live=live, drafted=np.zeros(4, dtype=np.int64), emitted=np.ones(4, dtype=np.int64),
+                                 cost=StepCost(num_slots=4, num_drafts=4 * policy.last_k, num_substeps=0,
+                                               seconds=1.0, verify_seconds=0.5)))
+    assert filed and all(own == 0.25 for _, own in filed)
+    table = policy._drain_costs(4).copy()
+    for _ in range(4):
+        _served(policy.costs, 2, 6.0)
+        _served(policy.costs, 3, 8.4)
+    assert policy.costs.version > 0 and policy._drain_costs(4)[0, 3] > table[0, 3]
+
+
 def test_profiled_costs_follow_the_share_of_drafts_fed():
     costs = ProfiledCosts(_profile([1], [[1.0, 2.0, 4.0]]))
     costs.set_fill(np.array([0.5, 0.5]))  # K = 1 feeds 0.5 drafts a slot, K = 2 one

@@ -6,6 +6,7 @@ and 3x load spikes on 5% of the steps, the policy must reach >= 0.97x the throug
 Common random numbers: every contender sees the same load noise and the same acceptance draws per position."""
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -139,6 +140,48 @@ def test_pooled_acceptance_misses_the_best_k():
     totals), so the test above can fail (0.959 here since decisions are kept up to 32 steps; 0.90 at first)."""
     ratio, best = adaptive_vs_best_fixed(4, ANCHOR_DEPENDENT, k_prior_weight=1e12)
     assert best == 2 and ratio < 0.97, f"adaptive = {ratio:.3f}x of fixed K = {best}"
+
+
+def profiled_vs_fixed_2(batch: int, scale: float, pair_least: float) -> float:
+    """Adaptive on a profile of dispatch_bound's costs at sizes 1, 2, 4 (error 2% a ratio) whose K = 3 increment at
+    `batch` is `scale` of the true one, over fixed K = 2, ANCHOR_DEPENDENT acceptance, mean of 3 seeds after a
+    warm-up replay each; pair_least: the costs' served pairs before a correction (inf: none). The policy's own host
+    time is not in the replay's synthetic costs: its clock stands still."""
+    from specworker.spec_decode.cost_profile import CostProfile
+
+    sizes = [1, 2, 4]
+    seconds = np.array([[dispatch_bound(b, k, b * k) for k in range(K_MAX + 1)] for b in sizes])
+    g = sizes.index(batch)
+    seconds[g, 3] = seconds[g, 2] + scale * (seconds[g, 3] - seconds[g, 2])
+    profile = CostProfile(batch_sizes=np.array(sizes), seconds=seconds, verify=0.6 * seconds,
+                          error=np.where(np.arange(K_MAX + 1) > 0, 0.02, 0.0) * np.ones_like(seconds),
+                          steps=np.full(seconds.shape, 12, dtype=np.int64))
+    seeds = (1, 2, 3)
+    fixed = np.mean([replay(lambda step: 2, batch, ANCHOR_DEPENDENT, dispatch_bound, s) for s in seeds])
+    adaptive = []
+    for s in seeds:
+        policy = AdaptivePolicy(batch, K_MAX)
+        policy.host_clock = lambda: 0.0
+        policy.use_profile(profile)
+        policy.costs.pair_least = pair_least
+        replay(policy.choose, batch, ANCHOR_DEPENDENT, dispatch_bound, 100 + s)
+        adaptive.append(replay(policy.choose, batch, ANCHOR_DEPENDENT, dispatch_bound, s))
+    return float(np.mean(adaptive) / fixed)
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_served_pairs_undo_a_profile_that_reads_k3_cheap(batch):
+    """A profile whose T(B, 3) / T(B, 2) reads ~1.11 where the steps cost 1.23 (half K = 3's increment: the spread
+    of the tiny pair's profiles between workers reached 1.10 at 4 slots, served 1.20) sends the policy to K = 3,
+    whose E(3) / E(2) is ~1.11; the explorations' served pairs correct the ratio (docs/adaptive.md, "Served pairs")."""
+    ratio = profiled_vs_fixed_2(batch, 0.5, 3)
+    assert ratio >= 0.97, f"adaptive = {ratio:.3f}x of fixed K = 2"
+
+
+def test_without_served_pairs_a_cheap_k3_profile_holds():
+    """The same check fails without the correction, so the test above can fail."""
+    ratio = profiled_vs_fixed_2(1, 0.5, math.inf)
+    assert ratio < 0.97, f"adaptive = {ratio:.3f}x of fixed K = 2"
 
 
 # Half the slots accept at 0.9 / 0.85 / 0.8, half at half that: fast slots finish early and the slow ones bound the
