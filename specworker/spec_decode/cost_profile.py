@@ -198,7 +198,8 @@ class ProfiledCosts:
         """The correction of T(B_g, k) / T(B_g, k - 1) from its cell's served log ratios: the posterior mean of the
         shift, prior N(0, e_k^2 + e_(k-1)^2 + PROFILE_DRIFT^2) (e: the profile's rounds' errors), the median of the
         pairs with standard error 1.25 s / sqrt(n) (s: 1.4826 x their MAD, at least PAIR_SPREAD_FLOOR); none below
-        pair_least (PAIR_LEAST) pairs. The table's T and V at B_g scale by the product of the corrections up to each K."""
+        pair_least (PAIR_LEAST) pairs. The table's T and V at B_g scale by the product of the corrections up to each
+        K."""
         p = self.profile
         shift = 0.0
         if len(logs) >= self.pair_least:
