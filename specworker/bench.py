@@ -241,6 +241,9 @@ def _policies_one(config: WorkerConfig, prompts: Sequence[str], batch_size: int,
         result["adaptive_vs_best"] = adaptive_vs_best(timed, out)
         profile = workers["adaptive"].cost_profile  # the step costs it chose by (None: measured while serving)
         result["adaptive_cost_profile"] = None if profile is None else profile.to_dict()
+        # what the served pairs corrected of it (ProfiledCosts.served_pairs)
+        result["adaptive_served_pairs"] = (None if profile is None else
+                                           workers["adaptive"].runner.policy.costs.served_pairs())
     return result
 
 

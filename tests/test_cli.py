@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.smollm2 import require_smollm2
@@ -213,6 +214,8 @@ def test_cli_bench_policies_side_by_side(tmp_path, tiny_ckpt, prompts_file, lock
         assert r["adaptive_vs_best"]["best"] in ("none", "fixed1")
         profile = r["adaptive_cost_profile"]  # measured at the adaptive worker's start, up to its slots
         assert profile["batch_sizes"] == [1, 2][:r["batch_size"]] and len(profile["seconds"][0]) == 2
+        served = r["adaptive_served_pairs"]  # what the served pairs corrected of the profile: one row a size
+        assert np.shape(served["pairs"]) == np.shape(served["log_shift"]) == np.shape(profile["seconds"])
         for figure in (r["policies"]["fixed1"]["speedup"], r["adaptive_vs_best"]["paired"]):
             assert 0 < figure["min"] <= figure["median"] <= figure["max"]
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -214,6 +214,14 @@ class ProfiledCosts:
             self._tables.clear()
             self._cache.clear()
 
+    def served_pairs(self) -> dict:
+        """Plain lists (bench.json): per profile size and K, the served pairs counted (at most PAIR_WINDOW) and the
+        correction's log shift of T(B, K) / T(B, K - 1)."""
+        pairs = np.zeros(self.correction.shape, dtype=np.int64)
+        for (g, k), cell in self._pairs.items():
+            pairs[g, k] = len(cell)
+        return {"pairs": pairs.tolist(), "log_shift": self.correction.tolist()}
+
     def corrected(self) -> tuple[np.ndarray, np.ndarray]:
         """([G, K + 1] T, [G, K + 1] V) of the profile with the served pairs' corrections."""
         factor = np.exp(np.cumsum(self.correction, axis=1))

@@ -173,6 +173,7 @@ def test_served_pairs_correct_a_neighbour_ratio_by_their_median():
     np.testing.assert_array_equal(costs.predict(1, 3)[0], before[1][0])  # another size keeps its ratios
     at_2 = costs.predict(2, 3)[0]  # ratios to K = 0 halfway in ln B between sizes 1 and 4, the corrected one at 4
     np.testing.assert_allclose(at_2[3] / at_2[0], (4.0 + 3.3 * math.exp(shift)) / 2, rtol=1e-12)
+    assert costs.served_pairs() == {"pairs": [[0] * 4, [0, 0, 0, 11]], "log_shift": costs.correction.tolist()}
 
 
 def test_served_pairs_need_one_profile_size_neighbouring_k_and_full_drafts():
