@@ -174,6 +174,7 @@ class ProfiledCosts:
         self._pairs: dict[tuple[int, int], collections.deque] = {}  # (size index, K) -> served pairs' ln ratios
         self._last: tuple[int, int, int, float] | None = None  # (K, B, drafts, seconds less own) of the last added
         self.pair_least = PAIR_LEAST  # pairs before a cell corrects (tests: inf, no correction)
+        self._sizes = profile.batch_sizes.tolist()  # the batch sizes a pair may be served at
 
     def add(self, k: int, cost: StepCost, *, replace_near: bool = False, own_seconds: float = 0.0) -> None:
         """Counts a steady step served at K; with the one added before it, a served pair (class docstring) when both
@@ -184,12 +185,11 @@ class ProfiledCosts:
         last, self._last = self._last, (k, cost.num_slots, cost.num_drafts, cost.seconds - own_seconds)
         if last is None or abs(last[0] - k) != 1 or last[1] != cost.num_slots:
             return
-        sizes = self.profile.batch_sizes.tolist()
-        if cost.num_slots not in sizes or min(last[3], self._last[3]) <= 0 or any(
+        if cost.num_slots not in self._sizes or min(last[3], self._last[3]) <= 0 or any(
                 drafts != j * b for j, b, drafts, _ in (last, self._last)):
             return
         (_, _, _, low), (top, _, _, high) = sorted((last, self._last))
-        g = sizes.index(cost.num_slots)
+        g = self._sizes.index(cost.num_slots)
         cell = self._pairs.setdefault((g, top), collections.deque(maxlen=PAIR_WINDOW))
         cell.append(math.log(high / low))
         self._correct(g, top, np.array(cell))
@@ -238,7 +238,7 @@ class ProfiledCosts:
 
     def _interpolate(self, num_slots: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         p = self.profile
-        seconds, verify = self.corrected() if self.version else (p.seconds, p.verify)
+        seconds, verify = self.corrected()
         sizes = p.batch_sizes.astype(np.float64)
         b = float(num_slots)
         logs, at = np.log(sizes), math.log(max(b, 1.0))
